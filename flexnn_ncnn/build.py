@@ -1,0 +1,224 @@
+"""One build driver for every target: fetch → patch → NCNN (CMake + Ninja) → the project's native side.
+
+    python -m flexnn_ncnn.build --target host|linux-aarch64|android-arm64
+
+Layout (all under `build/<target>/`, git-ignored): `ncnn/` NCNN's build tree, `install/` its install
+prefix, `native/` the project's runtime library, tools and C++ tests built against that prefix,
+`*.log` the full output of each step. For host the pybind11 module is also copied into the package
+as `flexnn_ncnn/_native*.so`. Every step is incremental: CMake re-configures only when its
+arguments change, Ninja rebuilds only what changed (a changed patch series re-patches the touched
+files only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from tqdm import tqdm
+
+from . import fetch, patches
+from .cli import UserError, add_logging_args, run_main, setup_logging
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILD_ROOT = REPO_ROOT / "build"
+NATIVE_SOURCE = Path(__file__).resolve().parent / "csrc"
+TOOLCHAINS = REPO_ROOT / "scripts" / "toolchains"
+TARGETS = ("host", "linux-aarch64", "android-arm64")
+# Android 7.0: the oldest API level with the full 64-bit file-offset API the weight store uses.
+ANDROID_PLATFORM = "android-24"
+
+# What none of the targets needs from NCNN's tree (the sdist has no tools/, benchmark/ or tests/).
+NCNN_COMMON_ARGS = [
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DNCNN_BUILD_BENCHMARK=OFF", "-DNCNN_BUILD_TOOLS=OFF", "-DNCNN_BUILD_EXAMPLES=OFF", "-DNCNN_BUILD_TESTS=OFF",
+    "-DNCNN_VULKAN=OFF", "-DNCNN_PYTHON=OFF", "-DNCNN_SHARED_LIB=OFF",
+    "-Wno-dev", "-Wno-deprecated",
+]
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    toolchain_args: list[str] = field(default_factory=list)
+    # how to run the target's binaries on this machine ([] = directly)
+    runner: list[str] = field(default_factory=list)
+
+    @property
+    def is_host(self) -> bool:
+        return self.name == "host"
+
+
+def resolve_target(name: str) -> Target:
+    """The target's toolchain, checked to exist here; a missing toolchain is a UserError saying what to install."""
+    if name == "host":
+        return Target(name, ["-DCMAKE_POSITION_INDEPENDENT_CODE=ON"])
+    if name == "linux-aarch64":
+        if shutil.which("aarch64-linux-gnu-g++") is None:
+            raise UserError("linux-aarch64 needs Debian's cross compiler: apt-get install g++-aarch64-linux-gnu")
+        return Target(name, [f"-DCMAKE_TOOLCHAIN_FILE={TOOLCHAINS / 'aarch64-linux-gnu.toolchain.cmake'}"],
+                      ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])
+    if name == "android-arm64":
+        ndk = os.environ.get("ANDROID_NDK") or os.environ.get("ANDROID_NDK_HOME")
+        if not ndk:
+            raise UserError("android-arm64 needs the Android NDK: set ANDROID_NDK to the NDK's folder "
+                            "(the one holding build/cmake/android.toolchain.cmake)")
+        toolchain = Path(ndk) / "build" / "cmake" / "android.toolchain.cmake"
+        if not toolchain.is_file():
+            raise UserError(f"ANDROID_NDK={ndk} is not an NDK: it has no build/cmake/android.toolchain.cmake")
+        return Target(name, [f"-DCMAKE_TOOLCHAIN_FILE={toolchain}", "-DANDROID_ABI=arm64-v8a",
+                             f"-DANDROID_PLATFORM={ANDROID_PLATFORM}", "-DANDROID_STL=c++_static"])
+    raise UserError(f"unknown target {name!r}: choose one of {', '.join(TARGETS)}")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One CMake project configured into `build_dir` and built (and installed) with Ninja."""
+    title: str
+    source: Path
+    build_dir: Path
+    args: list[str]
+    ninja_targets: list[str]
+
+    def configure_command(self) -> list[str]:
+        return ["cmake", "-G", "Ninja", "-S", str(self.source), "-B", str(self.build_dir), *self.args]
+
+    def build_command(self) -> list[str]:
+        return ["ninja", "-C", str(self.build_dir), *self.ninja_targets]
+
+
+def plan_steps(target: Target, build_root: Path, series_id: str, ncnn_version: str, source: Path) -> list[Step]:
+    root = build_root / target.name
+    install = root / "install"
+    ncnn = Step(f"NCNN ({target.name})", source, root / "ncnn",
+                [*NCNN_COMMON_ARGS, f"-DNCNN_VERSION={ncnn_version}", f"-DCMAKE_INSTALL_PREFIX={install}",
+                 *target.toolchain_args],
+                ["install"])
+    native_args = [
+        "-DCMAKE_BUILD_TYPE=Release", f"-Dncnn_DIR={install / 'lib' / 'cmake' / 'ncnn'}",
+        f"-DFLEXNN_PATCH_SERIES_ID={series_id}", f"-DFLEXNN_NCNN_VERSION={ncnn_version}",
+        f"-DFLEXNN_TARGET={target.name}", *target.toolchain_args,
+    ]
+    if target.is_host:
+        import pybind11
+
+        native_args += ["-DFLEXNN_PYTHON=ON", f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+                        f"-DPython_EXECUTABLE={sys.executable}"]
+    native = Step(f"flexnn native ({target.name})", NATIVE_SOURCE, root / "native", native_args, [])
+    return [ncnn, native]
+
+
+def _run_logged(command: list[str], log_path: Path, title: str) -> None:
+    """Run `command`, its output to `log_path`; Ninja's `[done/total]` status drives a progress bar."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "NINJA_STATUS": "[%f/%t] "}
+    status = re.compile(r"^\[(\d+)/(\d+)\] ")
+    with open(log_path, "a") as out, tqdm(desc=title, unit="step", disable=None, leave=False) as bar:
+        out.write("$ " + shlex.join(command) + "\n")
+        out.flush()
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.write(line)
+            m = status.match(line)
+            if m:
+                bar.total = int(m.group(2))
+                bar.n = int(m.group(1))
+                bar.refresh()
+        if proc.wait() != 0:
+            out.flush()
+            tail = log_path.read_text().splitlines()[-25:]
+            log.error("last lines of %s:\n%s", log_path, "\n".join(tail))
+            raise UserError(f"{title}: `{command[0]}` failed (exit {proc.returncode}); full output in {log_path}")
+
+
+def run_step(step: Step) -> None:
+    """Configure when the arguments changed since the last configure (or never ran), then build."""
+    stamp = step.build_dir / ".flexnn-configure.json"
+    configure = step.configure_command()
+    try:
+        configured = json.loads(stamp.read_text()) == configure and (step.build_dir / "build.ninja").exists()
+    except (OSError, ValueError):
+        configured = False
+    log_path = step.build_dir.parent / f"{step.build_dir.name}.log"
+    if not configured:
+        _run_logged(configure, log_path, f"configure {step.title}")
+        stamp.write_text(json.dumps(configure))
+    _run_logged(step.build_command(), log_path, f"build {step.title}")
+
+
+def python_modules(build_dir: Path) -> list[Path]:
+    """The extension modules (`_native`, `_planner`, ...) a host native build produced."""
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    return sorted(p for p in build_dir.rglob(f"_*{suffix}") if "CMakeFiles" not in p.parts)
+
+
+def build(target_name: str, build_root: Path = BUILD_ROOT, dry_run: bool = False) -> Path:
+    """Build `target_name`; returns its build root. With `dry_run`, print the commands instead."""
+    target = resolve_target(target_name)
+    lock = fetch.Lock.load()
+    series = patches.read_series()
+    sid = patches.series_id(series)
+    source = fetch.THIRD_PARTY / "ncnn"
+    steps = plan_steps(target, build_root, sid, lock.ncnn_version, source)
+    if dry_run:
+        print(f"# fetch {lock.filename} (sha256 {lock.sha256}) to {source}")
+        print(f"# apply {len(series)} patch(es) from ncnn_patches/series (series id {sid})")
+        for step in steps:
+            print(shlex.join(step.configure_command()))
+            print(shlex.join(step.build_command()))
+        return build_root / target.name
+    for tool in ("cmake", "ninja", "git"):
+        if shutil.which(tool) is None:
+            raise UserError(f"{tool} is not installed: apt-get install cmake ninja-build git")
+    print(f"==> NCNN {lock.version}: fetch and verify", flush=True)
+    fetch.fetch(lock)
+    applied = patches.apply_series(source, series)
+    print(f"==> patch series {sid}: {len(series)} patch(es), {len(applied)} newly applied", flush=True)
+    for step in steps:
+        print(f"==> {step.title}: {step.build_dir}", flush=True)
+        run_step(step)
+    if target.is_host:
+        package = Path(__file__).resolve().parent
+        for built in python_modules(steps[-1].build_dir):
+            tmp = package / (built.name + ".tmp")
+            shutil.copy2(built, tmp)
+            os.replace(tmp, package / built.name)  # atomic: a running interpreter keeps its mapped copy
+            print(f"==> python module: {package / built.name}", flush=True)
+    return build_root / target.name
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m flexnn_ncnn.build",
+        description="Fetch the pinned NCNN sdist, apply ncnn_patches/series, build NCNN and the project's "
+        "native side (runtime library, tools, C++ tests; on host also the Python module) for one target. "
+        "Incremental: run it again after any change.",
+    )
+    parser.add_argument("--target", choices=TARGETS, default="host",
+                        help="host: x86_64 with NCNN's runtime CPU dispatch; linux-aarch64: Debian's "
+                        "g++-aarch64-linux-gnu, run under qemu-aarch64; android-arm64: $ANDROID_NDK (default: %(default)s)")
+    parser.add_argument("--build-root", type=Path, default=BUILD_ROOT, help="where build trees go (default: %(default)s)")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands the build would run, run nothing")
+    add_logging_args(parser)
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+    build(args.target, args.build_root, args.dry_run)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,21 @@
+#ifndef FLEXNN_BUILD_INFO_H
+#define FLEXNN_BUILD_INFO_H
+
+#include <string>
+
+namespace flexnn {
+
+// What this binary was built from: plans and pre-transformed weights are keyed by these.
+struct BuildInfo
+{
+    std::string ncnn_version;    // date version of the pinned NCNN source, e.g. "20261020"
+    std::string patch_series_id; // patches::series_id of ncnn_patches/series
+    std::string target;          // host, linux-aarch64 or android-arm64
+    std::string isa;             // x86_64, aarch64, ...
+};
+
+BuildInfo build_info();
+
+} // namespace flexnn
+
+#endif // FLEXNN_BUILD_INFO_H

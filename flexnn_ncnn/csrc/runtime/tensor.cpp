@@ -1,0 +1,51 @@
+#include "runtime/tensor.h"
+
+#include <cstring>
+#include <string>
+
+namespace flexnn {
+
+Status mat_from_dense(const std::vector<int>& shape, const float* data, ncnn::Mat& out)
+{
+    for (int d : shape)
+        if (d <= 0)
+            return Status::error("tensor has an empty dimension");
+    switch (shape.size())
+    {
+    case 1: out.create(shape[0]); break;
+    case 2: out.create(shape[1], shape[0]); break;
+    case 3: out.create(shape[2], shape[1], shape[0]); break;
+    case 4: out.create(shape[3], shape[2], shape[1], shape[0]); break;
+    default: return Status::error("tensor must have 1 to 4 dimensions, has " + std::to_string(shape.size()));
+    }
+    if (out.empty())
+        return Status::error("out of memory for a tensor");
+    const size_t plane = (size_t)out.w * out.h * out.d;
+    for (int q = 0; q < out.c; q++)
+        memcpy(out.channel(q), data + plane * q, plane * sizeof(float));
+    return Status();
+}
+
+Status dense_shape(const ncnn::Mat& m, std::vector<int>& shape)
+{
+    if (m.elemsize != 4u || m.elempack != 1)
+        return Status::error("tensor is not unpacked fp32 (elemsize " + std::to_string(m.elemsize) + ", elempack " + std::to_string(m.elempack) + ")");
+    switch (m.dims)
+    {
+    case 1: shape = {m.w}; break;
+    case 2: shape = {m.h, m.w}; break;
+    case 3: shape = {m.c, m.h, m.w}; break;
+    case 4: shape = {m.c, m.d, m.h, m.w}; break;
+    default: return Status::error("tensor has " + std::to_string(m.dims) + " dimensions");
+    }
+    return Status();
+}
+
+void copy_to_dense(const ncnn::Mat& m, float* dst)
+{
+    const size_t plane = (size_t)m.w * m.h * m.d;
+    for (int q = 0; q < m.c; q++)
+        memcpy(dst + plane * q, m.channel(q), plane * sizeof(float));
+}
+
+} // namespace flexnn

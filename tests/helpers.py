@@ -1,0 +1,34 @@
+"""What the tests share: running a CLI verb as a user would, and the one-line error contract."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILD_ROOT = REPO_ROOT / "build"
+
+
+def run_module(verb: str, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m flexnn_ncnn.<verb> args...` in a fresh process."""
+    return subprocess.run([sys.executable, "-m", f"flexnn_ncnn.{verb}", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, cwd=cwd or REPO_ROOT)
+
+
+def assert_user_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    """Exit code 2, exactly one `error: ...` line on stderr (no traceback) holding every fragment."""
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def built(target: str, *parts: str) -> Path:
+    """A file of `target`'s build; fails (not skips) when missing: the test command builds first."""
+    path = BUILD_ROOT.joinpath(target, *parts)
+    assert path.exists(), f"{path} is missing: run `python -m flexnn_ncnn.build --target {target}` first"
+    return path

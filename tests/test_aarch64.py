@@ -1,0 +1,46 @@
+"""The linux-aarch64 cross build: the C++ smoke program runs under qemu-aarch64 and matches host.
+
+qemu's default CPU (`max`) reports fp16 arithmetic, so NCNN switches to fp16 there: compare
+`-cpu cortex-a72` (no fp16) tightly, and the default CPU within fp16's precision.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import smoke_model
+from helpers import built
+from test_smoke import assert_close, run_smoke_program, stock_output
+
+QEMU = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
+# fp16 storage and arithmetic keep ~11 bits of mantissa; accumulated over a 3x3x3 conv and a
+# 1024-long dot product the relative error stays within a few 1e-3 of max|ref|
+FP16_RTOL = 3e-2
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory):
+    param, bin_, x = smoke_model.write(tmp_path_factory.mktemp("smoke"))
+    return param, bin_, x, stock_output(param, bin_, x)
+
+
+@pytest.mark.parametrize("cpu, rtol", [("cortex-a72", 1e-5), (None, FP16_RTOL)], ids=["cortex-a72", "fp16-cpu"])
+def test_cross_built_program_under_qemu_equals_stock_ncnn(model, tmp_path: Path, cpu: str | None, rtol: float) -> None:
+    param, bin_, x, ref = model
+    program = built("linux-aarch64", "native", "tests_native", "smoke_infer")
+    runner = QEMU + (["-cpu", cpu] if cpu else [])
+    got, report = run_smoke_program(runner, program, param, bin_, x, tmp_path, "2", "count-weights")
+    assert report["isa"] == "aarch64"
+    assert report["weights_total_bytes"] > smoke_model.weight_bytes()
+    assert report["weights_live_after_clear"] == 0
+    assert_close(got, ref, rtol)
+
+
+def test_cross_built_program_is_static() -> None:
+    program = built("linux-aarch64", "native", "tests_native", "smoke_infer")
+    header = program.read_bytes()[:64]
+    assert header[:4] == b"\x7fELF" and header[18] == 0xB7  # EM_AARCH64
+    assert b"ld-linux-aarch64" not in program.read_bytes()  # no dynamic loader: runs on any aarch64 Linux

@@ -1,0 +1,88 @@
+"""The build driver's target handling: toolchains found or a clear error, and the exact commands it runs."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+from flexnn_ncnn import fetch
+from helpers import REPO_ROOT, assert_user_error, run_module
+
+ANDROID_SCRIPT = REPO_ROOT / "scripts" / "build_android.sh"
+
+
+def run_android_script(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in ("ANDROID_NDK", "ANDROID_NDK_HOME")}
+    return subprocess.run(["bash", str(ANDROID_SCRIPT), *args], capture_output=True, text=True, env={**clean, **env})
+
+
+def stub_ndk(root: Path) -> Path:
+    toolchain = root / "build" / "cmake" / "android.toolchain.cmake"
+    toolchain.parent.mkdir(parents=True)
+    toolchain.write_text("# stub: the build driver only checks that the NDK's toolchain file exists\n")
+    return root
+
+
+def cmake_commands(stdout: str) -> list[list[str]]:
+    return [shlex.split(l) for l in stdout.splitlines() if l.startswith("cmake ")]
+
+
+def test_android_without_ndk_is_a_clear_error() -> None:
+    assert_user_error(run_android_script({}, "--dry-run"), "ANDROID_NDK")
+
+
+def test_android_with_a_folder_that_is_no_ndk_is_a_clear_error(tmp_path: Path) -> None:
+    assert_user_error(run_android_script({"ANDROID_NDK": str(tmp_path)}, "--dry-run"), "android.toolchain.cmake", str(tmp_path))
+
+
+def test_android_cmake_commands_with_a_stub_ndk(tmp_path: Path) -> None:
+    ndk = stub_ndk(tmp_path / "ndk")
+
+    build_root = tmp_path / "build"
+    proc = run_android_script({"ANDROID_NDK": str(ndk)}, "--dry-run", "--build-root", str(build_root))
+
+    assert proc.returncode == 0, proc.stderr
+    assert not build_root.exists()  # a dry run runs nothing
+    ncnn, native = cmake_commands(proc.stdout)
+    lock = fetch.Lock.load()
+    for command in (ncnn, native):
+        assert command[:3] == ["cmake", "-G", "Ninja"]
+        assert f"-DCMAKE_TOOLCHAIN_FILE={ndk}/build/cmake/android.toolchain.cmake" in command
+        assert "-DANDROID_ABI=arm64-v8a" in command
+        assert "-DANDROID_PLATFORM=android-24" in command
+        assert "-DANDROID_STL=c++_static" in command
+    assert ncnn[ncnn.index("-S") + 1] == str(fetch.THIRD_PARTY / "ncnn")
+    for flag in ("-DNCNN_VULKAN=OFF", "-DNCNN_BUILD_TOOLS=OFF", "-DNCNN_BUILD_BENCHMARK=OFF",
+                 "-DNCNN_BUILD_TESTS=OFF", "-DNCNN_BUILD_EXAMPLES=OFF", f"-DNCNN_VERSION={lock.ncnn_version}"):
+        assert flag in ncnn
+    install = build_root / "android-arm64" / "install"
+    assert f"-DCMAKE_INSTALL_PREFIX={install}" in ncnn
+    assert f"-Dncnn_DIR={install}/lib/cmake/ncnn" in native
+    assert "-DFLEXNN_PYTHON=ON" not in native  # the Python module is host-only
+    assert "ninja -C" in proc.stdout
+
+
+def test_linux_aarch64_uses_the_projects_toolchain_file() -> None:
+    proc = run_module("build", "--target", "linux-aarch64", "--dry-run")
+
+    assert proc.returncode == 0, proc.stderr
+    toolchain = REPO_ROOT / "scripts" / "toolchains" / "aarch64-linux-gnu.toolchain.cmake"
+    for command in cmake_commands(proc.stdout):
+        assert f"-DCMAKE_TOOLCHAIN_FILE={toolchain}" in command
+
+
+def test_host_builds_the_python_module_with_position_independent_ncnn() -> None:
+    proc = run_module("build", "--target", "host", "--dry-run")
+
+    assert proc.returncode == 0, proc.stderr
+    ncnn, native = cmake_commands(proc.stdout)
+    assert "-DCMAKE_POSITION_INDEPENDENT_CODE=ON" in ncnn
+    assert "-DFLEXNN_PYTHON=ON" in native
+    assert not any(a.startswith("-DCMAKE_TOOLCHAIN_FILE") for a in ncnn)
+
+
+def test_unknown_target_is_rejected_by_the_cli() -> None:
+    proc = run_module("build", "--target", "riscv")
+    assert proc.returncode == 2 and "invalid choice" in proc.stderr
