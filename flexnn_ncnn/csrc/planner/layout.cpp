@@ -1,0 +1,154 @@
+#include "planner/layout.h"
+
+#include "planner/occupancy.h"
+
+#include <algorithm>
+
+namespace flexnn {
+
+namespace {
+
+// Places layer `layer`'s non-pinned weights (preloaded as early as space allows, not before
+// `earliest`, or at their layer when `preload` is off) and then its intermediates. Returns the
+// index of the first tensor that does not fit, or -1. `load_begin` becomes the latest step at
+// which one of its weights is planned to be claimed, -1 when it loads nothing.
+//
+// The weights' load time is then derived from the layout: the latest computation that last uses
+// bytes they are laid over (every tensor before them in time is already placed: activations
+// first, then layers in order). It is never later than planned, so the weights may occupy their
+// bytes longer than planned; no tensor placed afterwards minds, since it belongs to a later layer
+// and may share these bytes only by beginning after the weights end.
+int place_layer(const LayoutInput& in, int layer, bool preload, int earliest, Fit fit, bool pinned, Occupancy& occupancy,
+                std::vector<Placement>& placements, int& load_begin)
+{
+    load_begin = -1;
+    if (!pinned)
+    {
+        int load_after = -1;
+        for (int i : in.weights[layer])
+        {
+            const uint64_t size = in.sizes[i];
+            const int end = in.profile.tensors[i].last_use + 1;
+            int begin = layer;
+            uint64_t offset = 0;
+            const bool found = preload ? occupancy.find_earliest(size, earliest, layer, end, fit, begin, offset)
+                                       : occupancy.find(size, layer, end, fit, offset);
+            if (!found)
+                return i;
+            load_after = std::max(load_after, occupancy.last_end_before(offset, offset + size, begin) - 1);
+            occupancy.add({offset, offset + size, begin, end});
+            placements[i].offset = offset;
+            load_begin = std::max(load_begin, begin);
+        }
+        for (int i : in.weights[layer])
+            placements[i].load_after = load_after;
+    }
+    for (int i : in.intermediates[layer])
+    {
+        uint64_t offset = 0;
+        if (!occupancy.find(in.sizes[i], layer, layer + 1, fit, offset))
+            return i;
+        occupancy.add({offset, offset + in.sizes[i], layer, layer + 1});
+        placements[i].offset = offset;
+    }
+    return -1;
+}
+
+Status does_not_fit(const LayoutInput& in, int tensor, const LayoutRequest& request)
+{
+    return Status::error(tensor_name(in.profile.tensors[tensor]) + " (" + std::to_string(in.sizes[tensor]) + " B) does not fit in " +
+                         std::to_string(request.capacity) + " B");
+}
+
+} // namespace
+
+LayoutInput::LayoutInput(const Profile& p, uint64_t a)
+    : profile(p), alignment(a), weights(p.layers.size()), intermediates(p.layers.size())
+{
+    sizes.reserve(p.tensors.size());
+    for (const TensorUse& t : p.tensors)
+        sizes.push_back(align_up(t.size, alignment));
+    for (int i = 0; i < static_cast<int>(p.tensors.size()); i++)
+    {
+        const TensorUse& t = p.tensors[i];
+        if (t.role == Role::Activation)
+            activations.push_back(i);
+        else
+            (t.role == Role::Weight ? weights : intermediates)[t.layer].push_back(i);
+    }
+    auto by_first_use = [&p](int a, int b) {
+        return p.tensors[a].first_use != p.tensors[b].first_use ? p.tensors[a].first_use < p.tensors[b].first_use : a < b;
+    };
+    auto by_ordinal = [&p](int a, int b) {
+        return p.tensors[a].ordinal < p.tensors[b].ordinal;
+    };
+    std::sort(activations.begin(), activations.end(), by_first_use);
+    for (auto& w : weights)
+        std::sort(w.begin(), w.end(), by_ordinal);
+    for (auto& m : intermediates)
+        std::sort(m.begin(), m.end(), by_ordinal);
+}
+
+Status lay_out(const LayoutInput& in, const LayoutRequest& request, std::vector<Placement>& placements)
+{
+    const Profile& profile = in.profile;
+    const int layer_count = static_cast<int>(profile.layers.size());
+    placements.resize(profile.tensors.size());
+    for (size_t i = 0; i < profile.tensors.size(); i++)
+        placements[i] = {0, profile.tensors[i].first_use - 1, false};
+
+    // pinned weights: resident over every step, stacked from 0; the rest of the arena starts above them
+    std::vector<char> pinned(layer_count, 0);
+    uint64_t floor = 0;
+    for (int layer : request.pinned_layers)
+    {
+        pinned[layer] = 1;
+        for (int i : in.weights[layer])
+        {
+            placements[i] = {floor, -1, true};
+            floor += in.sizes[i];
+        }
+    }
+    if (floor > request.capacity)
+        return Status::error("the pinned weights (" + std::to_string(floor) + " B) do not fit in " + std::to_string(request.capacity) + " B");
+    Occupancy occupancy(floor, request.capacity, layer_count);
+
+    // activations first, each at the end of the arena where it keeps its side lower
+    for (int i : in.activations)
+    {
+        const TensorUse& t = profile.tensors[i];
+        const uint64_t size = in.sizes[i];
+        uint64_t low = 0, high = 0;
+        const bool low_ok = occupancy.find(size, t.first_use, t.last_use + 1, Fit::Lowest, low);
+        const bool high_ok = occupancy.find(size, t.first_use, t.last_use + 1, Fit::Highest, high);
+        if (!low_ok)
+            return does_not_fit(in, i, request);
+        const uint64_t low_side = low + size - floor, high_side = request.capacity - high;
+        const uint64_t offset = high_ok && high_side < low_side ? high : low;
+        occupancy.add({offset, offset + size, t.first_use, t.last_use + 1});
+        placements[i].offset = offset;
+    }
+
+    // Algorithm 1 preloads as early as space allows; FlexNN no earlier than the previous load's
+    // planned start, since the loading thread reads layers in order anyway.
+    const bool in_order = request.algorithm == Algorithm::FlexNN;
+    const Fit fit = request.algorithm == Algorithm::FlexNN ? Fit::Best : Fit::Lowest;
+    int previous_begin = 0;
+    for (int layer = 0; layer < layer_count; layer++)
+    {
+        const size_t mark = occupancy.size();
+        int load_begin = -1;
+        if (!request.preload || place_layer(in, layer, true, in_order ? previous_begin : 0, fit, pinned[layer], occupancy, placements, load_begin) >= 0)
+        {
+            occupancy.truncate(mark);
+            const int failed = place_layer(in, layer, false, layer, fit, pinned[layer], occupancy, placements, load_begin);
+            if (failed >= 0)
+                return does_not_fit(in, failed, request);
+        }
+        if (load_begin >= 0)
+            previous_begin = load_begin;
+    }
+    return Status();
+}
+
+} // namespace flexnn

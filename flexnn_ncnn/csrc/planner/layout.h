@@ -1,0 +1,43 @@
+#ifndef FLEXNN_PLANNER_LAYOUT_H
+#define FLEXNN_PLANNER_LAYOUT_H
+
+// One pass of the paper's Algorithm 1 at one arena capacity: pinned weights stacked from address 0,
+// activations first at both ends of the rest, then per layer its weights with the earliest
+// feasible preload and its intermediates; a layer that does not fit is laid out again without
+// preloading; a layer that still does not fit fails the pass.
+
+#include "planner/plan.h"
+#include "planner/profile.h"
+
+#include <vector>
+
+namespace flexnn {
+
+// The profile regrouped for layout passes: computed once, shared by every pass of one plan.
+struct LayoutInput
+{
+    LayoutInput(const Profile& profile, uint64_t alignment);
+
+    const Profile& profile;
+    uint64_t alignment;
+    std::vector<uint64_t> sizes;                    // aligned, parallel to profile.tensors
+    std::vector<int> activations;                   // by (first_use, index)
+    std::vector<std::vector<int> > weights;         // per layer, by ordinal
+    std::vector<std::vector<int> > intermediates;   // per layer, by ordinal
+};
+
+struct LayoutRequest
+{
+    uint64_t capacity;        // usable arena bytes, a multiple of the alignment
+    Algorithm algorithm;
+    bool preload; // off: every weight is claimed at its layer (a cheaper probe)
+    std::vector<int> pinned_layers; // their weights are pinned, stacked in this order from address 0
+};
+
+// Fills `placements` (parallel to the profile's tensors) with offsets and load times, or returns
+// why the layout does not fit.
+Status lay_out(const LayoutInput& input, const LayoutRequest& request, std::vector<Placement>& placements);
+
+} // namespace flexnn
+
+#endif // FLEXNN_PLANNER_LAYOUT_H

@@ -1,0 +1,55 @@
+#ifndef FLEXNN_PLANNER_PLAN_H
+#define FLEXNN_PLANNER_PLAN_H
+
+// The planner's output: where every tensor of a Profile lives in the arena and when its bytes are
+// claimed, plus the comp -> load dependencies the runtime must honour.
+//
+// Runtime contract. load(j) reads every non-pinned weight of layer j into its offset; it may start
+// once comp(i) has finished for every dependency {i, j}, and comp(j) starts once load(j) has
+// finished. Pinned weights are read once, before the first inference, and stay resident. Because
+// layers compute in index order, waiting for comp(i) also waits for every comp(i' < i): the list
+// holds, per loading layer, only the latest computation it waits for.
+
+#include <cstdint>
+#include <vector>
+
+namespace flexnn {
+
+enum class Algorithm
+{
+    Algorithm1 = 0, // the paper's Algorithm 1: first fit, earliest preload, no pinning
+    FlexNN = 1,     // best fit, preloads in loader order, pinning chosen by the expected I/O stall
+};
+
+const char* algorithm_name(Algorithm algorithm);
+
+struct Placement
+{
+    uint64_t offset; // from the arena's start; a multiple of Plan::alignment
+    // The tensor's bytes are claimed once comp(load_after) has finished (-1: at inference start), so
+    // it occupies steps [load_after + 1, last_use + 1). Weights: the layer's load time, shared by
+    // its non-pinned weights. Activations and intermediates: fixed at first_use - 1.
+    int load_after;
+    bool pinned; // weights only: resident across inferences, occupies every step; load_after == -1
+};
+
+struct Dependency
+{
+    int comp; // load(load) waits for comp(comp); comp < load
+    int load;
+};
+
+struct Plan
+{
+    Algorithm algorithm = Algorithm::FlexNN;
+    uint64_t budget = 0;      // bytes the plan was made for
+    uint64_t alignment = 0;   // every size is rounded up to, and every offset is a multiple of, this
+    uint64_t arena_bytes = 0; // bytes the runtime allocates; <= budget
+    uint64_t lower_bound = 0; // live_bytes_lower_bound() of the profile
+    std::vector<Placement> tensors;        // parallel to Profile::tensors
+    std::vector<Dependency> dependencies;  // sorted by load, one per loading layer that waits
+};
+
+} // namespace flexnn
+
+#endif // FLEXNN_PLANNER_PLAN_H

@@ -1,0 +1,95 @@
+#include "planner/profile.h"
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+namespace flexnn {
+
+namespace {
+
+// keeps every sum of aligned sizes far from uint64 overflow
+constexpr uint64_t kMaxTensorBytes = uint64_t(1) << 48;
+
+} // namespace
+
+const char* role_name(Role role)
+{
+    switch (role)
+    {
+    case Role::Weight:
+        return "weight";
+    case Role::Activation:
+        return "activation";
+    case Role::Intermediate:
+        return "intermediate";
+    }
+    return "unknown";
+}
+
+std::string tensor_name(const TensorUse& tensor)
+{
+    return "layer " + std::to_string(tensor.layer) + " " + role_name(tensor.role) + " " + std::to_string(tensor.ordinal);
+}
+
+uint64_t align_up(uint64_t size, uint64_t alignment)
+{
+    return (size + alignment - 1) / alignment * alignment;
+}
+
+Status validate_profile(const Profile& profile)
+{
+    const int layer_count = static_cast<int>(profile.layers.size());
+    if (profile.tensors.empty())
+        return Status::error("profile: no tensors");
+    for (size_t l = 0; l < profile.layers.size(); l++)
+    {
+        const LayerCost& c = profile.layers[l];
+        if (!(c.load_us >= 0) || !(c.compute_us >= 0))
+            return Status::error("profile: layer " + std::to_string(l) + " has a negative or NaN load or compute time");
+    }
+    std::set<std::tuple<int, int, int> > seen;
+    for (const TensorUse& t : profile.tensors)
+    {
+        const std::string name = "profile: " + tensor_name(t);
+        if (t.role != Role::Weight && t.role != Role::Activation && t.role != Role::Intermediate)
+            return Status::error(name + " has an unknown role");
+        if (t.layer < 0 || t.layer >= layer_count)
+            return Status::error(name + ": layer out of range (the profile has " + std::to_string(layer_count) + " layers)");
+        if (t.ordinal < 0)
+            return Status::error(name + ": negative ordinal");
+        if (t.size == 0 || t.size > kMaxTensorBytes)
+            return Status::error(name + ": size " + std::to_string(t.size) + " B is not in [1, 2^48]");
+        if (t.first_use != t.layer)
+            return Status::error(name + ": first use " + std::to_string(t.first_use) + " is not its own layer");
+        if (t.last_use < t.first_use || t.last_use >= layer_count)
+            return Status::error(name + ": last use " + std::to_string(t.last_use) + " is before its first use or past the last layer");
+        if (t.role == Role::Intermediate && t.last_use != t.layer)
+            return Status::error(name + ": an intermediate must die with its layer");
+        if (!seen.emplace(t.layer, static_cast<int>(t.role), t.ordinal).second)
+            return Status::error(name + " appears twice");
+    }
+    return Status();
+}
+
+uint64_t live_bytes_lower_bound(const Profile& profile, uint64_t alignment)
+{
+    // difference array over steps: +size at first_use, -size at last_use + 1
+    std::vector<int64_t> delta(profile.layers.size() + 1, 0);
+    for (const TensorUse& t : profile.tensors)
+    {
+        const int64_t size = static_cast<int64_t>(align_up(t.size, alignment));
+        delta[t.first_use] += size;
+        delta[t.last_use + 1] -= size;
+    }
+    int64_t live = 0;
+    int64_t peak = 0;
+    for (int64_t d : delta)
+    {
+        live += d;
+        peak = std::max(peak, live);
+    }
+    return static_cast<uint64_t>(peak);
+}
+
+} // namespace flexnn

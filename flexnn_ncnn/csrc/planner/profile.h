@@ -1,0 +1,65 @@
+#ifndef FLEXNN_PLANNER_PROFILE_H
+#define FLEXNN_PLANNER_PROFILE_H
+
+// The planner's input: what one sequential inference of the (sliced) model allocates, and when.
+//
+// Time is counted in steps: step t is the computation of layer t, comp(t); layers compute one at a
+// time, in index order. A tensor holds its bytes over a HALF-OPEN step interval [begin, end): it is
+// claimed once comp(begin - 1) has finished and released once comp(end - 1) has finished. Two
+// tensors whose intervals only touch (one ends at t, the other begins at t) MAY share bytes.
+// Without preloading, a tensor used by layers first_use..last_use occupies [first_use, last_use + 1).
+
+#include "runtime/status.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace flexnn {
+
+enum class Role
+{
+    Weight = 0,       // read from storage by the loading thread (possibly ahead of its layer)
+    Activation = 1,   // a layer's output blob, live until its last consumer
+    Intermediate = 2, // scratch of one layer's computation (im2col, workspace)
+};
+
+const char* role_name(Role role);
+
+struct TensorUse
+{
+    int layer;     // owning layer: loads (weight) or computes (activation, intermediate) it
+    Role role;
+    int ordinal;   // position among the owning layer's tensors of this role, in allocation order
+    uint64_t size; // bytes requested, > 0
+    int first_use; // == layer
+    int last_use;  // >= first_use; == layer for intermediates
+};
+
+struct LayerCost
+{
+    double load_us;    // reading the layer's weights from storage into the arena
+    double compute_us; // the layer's computation
+};
+
+struct Profile
+{
+    std::vector<TensorUse> tensors; // (layer, role, ordinal) unique
+    std::vector<LayerCost> layers;  // index = layer index = execution order
+};
+
+// At least one tensor, every size > 0, every index in range, first_use == layer <= last_use, intermediates single-step, identities unique.
+Status validate_profile(const Profile& profile);
+
+// "layer 17 weight 2": how messages name a tensor.
+std::string tensor_name(const TensorUse& tensor);
+
+uint64_t align_up(uint64_t size, uint64_t alignment);
+
+// Max over steps of the bytes live without preloading or pinning, each size aligned up: no layout
+// of this profile fits in fewer bytes.
+uint64_t live_bytes_lower_bound(const Profile& profile, uint64_t alignment);
+
+} // namespace flexnn
+
+#endif // FLEXNN_PLANNER_PROFILE_H

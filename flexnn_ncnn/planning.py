@@ -1,0 +1,251 @@
+"""Preload-aware memory planning, typed: the profile the runtime records, the plan the planner makes.
+
+The planner and its checker are C++ (`flexnn_ncnn/csrc/planner/`, module `flexnn_ncnn._planner`);
+this module gives them dataclasses and their JSON form. Time is counted in layer steps with
+half-open intervals: a tensor over [begin, end) is claimed once layer begin-1 has computed and
+released once layer end-1 has; tensors whose intervals only touch may share bytes. A placement's
+`load_after` is the layer after whose computation the tensor's bytes are claimed (-1: at the start
+of the inference); weights may be claimed early (preloaded), everything else at its first use.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Mapping, Sequence
+
+from .cli import UserError
+from .jsonfields import field as _field
+from .native import REBUILD
+from .units import format_size
+
+log = logging.getLogger(__name__)
+
+ROLES = ("weight", "activation", "intermediate")  # index = the C++ Role value
+ALGORITHMS = ("flexnn", "algorithm1")
+DEFAULT_ALIGNMENT = 64  # NCNN_MALLOC_ALIGN
+
+
+@functools.cache
+def _module() -> ModuleType:
+    try:
+        from . import _planner
+    except ImportError as e:
+        raise UserError(f"the planner module is not built ({e}): run `{REBUILD}`") from None
+    return _planner
+
+
+@dataclass(frozen=True)
+class TensorUse:
+    """One allocation of the profiled inference, identified by (layer, role, ordinal)."""
+
+    layer: int
+    role: str  # one of ROLES
+    ordinal: int
+    size: int  # bytes
+    first_use: int  # == layer
+    last_use: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layer": self.layer, "role": self.role, "ordinal": self.ordinal, "size": self.size,
+                "first_use": self.first_use, "last_use": self.last_use}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any], where: str) -> "TensorUse":
+        role = _field(d, "role", str, where)
+        if role not in ROLES:
+            raise UserError(f"{where}.role is {role!r}, not one of {', '.join(ROLES)}")
+        return TensorUse(_field(d, "layer", int, where), role, _field(d, "ordinal", int, where), _field(d, "size", int, where, 1),
+                         _field(d, "first_use", int, where), _field(d, "last_use", int, where))
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    load_us: float  # reading the layer's weights into the arena
+    compute_us: float  # the layer's computation
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"load_us": self.load_us, "compute_us": self.compute_us}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any], where: str) -> "LayerCost":
+        return LayerCost(_field(d, "load_us", float, where), _field(d, "compute_us", float, where))
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one sequential inference allocates and when (layers in execution order)."""
+
+    tensors: tuple[TensorUse, ...]
+    layers: tuple[LayerCost, ...]
+
+    @functools.cached_property
+    def columns(self) -> tuple[list[tuple[int, int, int, int, int, int]], list[tuple[float, float]]]:
+        """The form `_planner` takes (computed once: re-planning one profile skips it)."""
+        tensors = [(t.layer, ROLES.index(t.role), t.ordinal, t.size, t.first_use, t.last_use) for t in self.tensors]
+        return tensors, [(c.load_us, c.compute_us) for c in self.layers]
+
+    def validate(self) -> None:
+        message = _module().validate_profile(*self.columns)
+        if message:
+            raise UserError(message)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layers": [c.to_dict() for c in self.layers], "tensors": [t.to_dict() for t in self.tensors]}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any], where: str = "profile") -> "Profile":
+        layers = tuple(LayerCost.from_dict(c, f"{where}.layers[{i}]") for i, c in enumerate(_field(d, "layers", list, where)))
+        tensors = tuple(TensorUse.from_dict(t, f"{where}.tensors[{i}]") for i, t in enumerate(_field(d, "tensors", list, where)))
+        return Profile(tensors, layers)
+
+
+@dataclass(frozen=True)
+class Placement:
+    offset: int  # bytes from the arena's start
+    load_after: int  # bytes claimed once this layer has computed; -1: at inference start
+    pinned: bool  # weights only: resident across inferences, never reloaded
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where each profile tensor lives and when it is claimed; `tensors` is parallel to the profile's.
+
+    Runtime contract: load(j) reads layer j's non-pinned weights once computation `comp` of every
+    dependency (comp, j) has finished; comp(j) waits for load(j). Pinned weights load once.
+    """
+
+    algorithm: str
+    budget: int
+    alignment: int
+    arena_bytes: int
+    lower_bound: int  # max live bytes without preloading: no layout fits in less
+    tensors: tuple[Placement, ...]
+    dependencies: tuple[tuple[int, int], ...]  # (comp, load), sorted by load
+
+    @property
+    def ratio(self) -> float:
+        """Arena over lower bound: 1.0 is a perfect packing without preloading."""
+        return self.arena_bytes / self.lower_bound
+
+    @property
+    def pinned_weights(self) -> list[int]:
+        return [i for i, p in enumerate(self.tensors) if p.pinned]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "algorithm": self.algorithm, "budget": self.budget, "alignment": self.alignment,
+            "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound,
+            "tensors": [{"offset": p.offset, "load_after": p.load_after} for p in self.tensors],
+            "pinned_weights": self.pinned_weights,
+            "dependencies": [list(d) for d in self.dependencies],
+        }
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any], where: str = "plan") -> "Plan":
+        algorithm = _field(d, "algorithm", str, where)
+        if algorithm not in ALGORITHMS:
+            raise UserError(f"{where}.algorithm is {algorithm!r}, not one of {', '.join(ALGORITHMS)}")
+        raw = _field(d, "tensors", list, where)
+        pinned = set()
+        for i, index in enumerate(_field(d, "pinned_weights", list, where)):
+            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(raw):
+                raise UserError(f"{where}.pinned_weights[{i}] is not a tensor index")
+            pinned.add(index)
+        tensors = tuple(
+            Placement(_field(p, "offset", int, f"{where}.tensors[{i}]", 0), _field(p, "load_after", int, f"{where}.tensors[{i}]"), i in pinned)
+            for i, p in enumerate(raw))
+        dependencies = []
+        for i, dep in enumerate(_field(d, "dependencies", list, where)):
+            if not (isinstance(dep, list) and len(dep) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in dep)):
+                raise UserError(f"{where}.dependencies[{i}] must be a [comp, load] pair of layer indices")
+            dependencies.append((dep[0], dep[1]))
+        return Plan(algorithm, _field(d, "budget", int, where, 0), _field(d, "alignment", int, where, 1),
+                    _field(d, "arena_bytes", int, where, 0), _field(d, "lower_bound", int, where, 0), tensors, tuple(dependencies))
+
+    def columns(self) -> dict[str, Any]:
+        """The form `_planner` takes."""
+        return {
+            "algorithm": self.algorithm, "budget": self.budget, "alignment": self.alignment,
+            "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound,
+            "offsets": [p.offset for p in self.tensors], "load_after": [p.load_after for p in self.tensors],
+            "pinned": [p.pinned for p in self.tensors], "dependencies": list(self.dependencies),
+        }
+
+    @staticmethod
+    def from_columns(c: Mapping[str, Any]) -> "Plan":
+        tensors = tuple(Placement(o, l, p) for o, l, p in zip(c["offsets"], c["load_after"], c["pinned"]))
+        return Plan(c["algorithm"], c["budget"], c["alignment"], c["arena_bytes"], c["lower_bound"], tensors,
+                    tuple(tuple(d) for d in c["dependencies"]))
+
+
+class InfeasibleBudget(UserError):
+    """The budget cannot hold the profile; `min_feasible_budget` can (0 if the search found none)."""
+
+    def __init__(self, budget: int, min_feasible_budget: int, reason: str):
+        self.budget = budget
+        self.min_feasible_budget = min_feasible_budget
+        self.reason = reason
+        smallest = (f"the smallest feasible budget is {format_size(min_feasible_budget)}" if min_feasible_budget
+                    else "no feasible budget was found")
+        super().__init__(f"budget {format_size(budget)} is infeasible for this profile; {smallest}")
+
+
+class InvalidPlan(UserError):
+    """The checker found a violation; the message names the tensor(s)."""
+
+
+def _check_algorithm(algorithm: str) -> None:
+    if algorithm not in ALGORITHMS:
+        raise UserError(f"unknown planning algorithm {algorithm!r}: use {' or '.join(ALGORITHMS)}")
+
+
+def make_plan(profile: Profile, budget: int, algorithm: str = "flexnn", alignment: int = DEFAULT_ALIGNMENT) -> Plan:
+    """Plan `profile` into one arena of at most `budget` bytes; deterministic. Raises InfeasibleBudget."""
+    _check_algorithm(algorithm)
+    out = _module().make_plan(*profile.columns, budget, algorithm, alignment)
+    if "plan" in out:
+        return Plan.from_columns(out["plan"])
+    if not out["infeasible"]:
+        raise UserError(out["error"])  # the profile itself is invalid
+    log.info("%s", out["error"])
+    raise InfeasibleBudget(budget, out["min_feasible_budget"], out["error"])
+
+
+def check_plan(profile: Profile, plan: Plan) -> None:
+    """Raise InvalidPlan with the first violation (independent of how the plan was made)."""
+    message = _module().check_plan(*profile.columns, plan.columns())
+    if message:
+        raise InvalidPlan(message)
+
+
+def min_feasible_budget(profile: Profile, algorithm: str = "flexnn", alignment: int = DEFAULT_ALIGNMENT) -> int:
+    """The smallest budget `make_plan` accepts (bisection; one byte less is infeasible); 0 if none found."""
+    _check_algorithm(algorithm)
+    return int(_module().min_feasible_budget(*profile.columns, algorithm, alignment))
+
+
+def lower_bound(profile: Profile, alignment: int = DEFAULT_ALIGNMENT) -> int:
+    return int(_module().lower_bound(*profile.columns, alignment))
+
+
+def expected_stall_us(profile: Profile, plan: Plan) -> float:
+    """Time computation waits for loading in one inference, simulated from the profile's costs (a proxy)."""
+    return float(_module().expected_stall_us(*profile.columns, plan.columns()))
+
+
+def preloaded_weights(profile: Profile, plan: Plan) -> int:
+    """How many non-pinned weights are claimed before their layer's turn."""
+    return sum(1 for t, p in zip(profile.tensors, plan.tensors)
+               if t.role == "weight" and not p.pinned and p.load_after < t.first_use - 1)
+
+
+def pinned_bytes(profile: Profile, plan: Plan) -> int:
+    return sum(profile.tensors[i].size for i in plan.pinned_weights)
+
+
+def plans_for(profile: Profile, budgets: Sequence[int], algorithm: str = "flexnn") -> list[Plan]:
+    """A plan ladder: one plan per budget, in the order given."""
+    return [make_plan(profile, b, algorithm) for b in budgets]

@@ -1,0 +1,209 @@
+"""The plan sidecar `MODEL.flexnn.plan.json`: a versioned, self-describing record of what a plan is for.
+
+It names the sliced model (sha256 of its .param and .bin), the build that profiled it (NCNN version
+and patch-series id), the target the transformed weights were laid out for (ISA, L2, threads,
+packing), the input shapes, the slicer's decisions, the profile, the plan, and an optional ladder
+of plans for other budgets. The format is documented in docs/PLAN_FORMAT.md. Loading validates the
+structure and every plan (with the planner's independent checker); `verify` compares it with what
+the caller is about to run and names the first field that differs. Writes are atomic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import fetch, patches, planning
+from .cli import UserError
+from .jsonfields import field as _field
+from .planning import Plan, Profile
+
+SCHEMA = "flexnn-plan"
+SCHEMA_VERSION = 1
+SUFFIX = ".flexnn.plan.json"
+
+
+@dataclass(frozen=True)
+class Model:
+    """The sliced model the profile was recorded on; file names are relative to the sidecar."""
+
+    param: str
+    param_sha256: str
+    bin: str
+    bin_sha256: str
+
+
+@dataclass(frozen=True)
+class Build:
+    """What the transformed layouts and the profile depend on in the native build."""
+
+    ncnn_version: str
+    patch_series_id: str
+
+    @staticmethod
+    def current() -> "Build":
+        """This checkout's pinned NCNN version and patch series."""
+        return Build(fetch.Lock.load().ncnn_version, patches.series_id(patches.read_series()))
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the pre-transformed weight layouts depend on."""
+
+    isa: str  # e.g. x86_64-avx2, arm64-neon
+    l2_bytes: int
+    threads: int
+    packing: bool
+
+
+_RECORDS: dict[str, type] = {"model": Model, "build": Build, "target": Target}
+
+
+def _record(cls: type, d: Any, where: str) -> Any:
+    return cls(**{f.name: _field(d, f.name, {"str": str, "int": int, "bool": bool}[f.type], where) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    model: Model
+    build: Build
+    target: Target
+    inputs: dict[str, list[int]]  # input blob name -> shape, NCNN order (w, h, c)
+    slicing: dict[str, Any]  # the slicer's decisions, opaque here
+    profile: Profile
+    plan: Plan
+    ladder: tuple[Plan, ...] = field(default=())  # plans for other budgets, same profile
+
+    def plan_for(self, budget: int) -> Plan | None:
+        """The stored plan made for exactly `budget` bytes, if any."""
+        return next((p for p in (self.plan, *self.ladder) if p.budget == budget), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "model": vars(self.model).copy(),
+            "build": vars(self.build).copy(),
+            "target": vars(self.target).copy(),
+            "inputs": {name: list(shape) for name, shape in self.inputs.items()},
+            "slicing": self.slicing,
+            "profile": self.profile.to_dict(),
+            "plan": self.plan.to_dict(),
+            "ladder": [p.to_dict() for p in self.ladder],
+        }
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> "Sidecar":
+        if not isinstance(d, Mapping):
+            raise UserError("the sidecar must be a JSON object")
+        if d.get("schema") != SCHEMA:
+            raise UserError(f"schema is {d.get('schema')!r}, not {SCHEMA!r}: this is not a FlexNN plan sidecar")
+        version = d.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise UserError(f"schema_version {version!r} is not supported (this flexnn_ncnn reads {SCHEMA_VERSION}): re-plan the model")
+        known = {"schema", "schema_version", *(f.name for f in fields(Sidecar))}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise UserError(f"unknown field {unknown[0]!r}")
+        inputs = _field(d, "inputs", dict, "sidecar")
+        for name, shape in inputs.items():
+            if not (isinstance(shape, list) and shape and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in shape)):
+                raise UserError(f"inputs.{name} must be a list of positive dimensions")
+        return Sidecar(
+            *(_record(cls, _field(d, key, dict, "sidecar"), key) for key, cls in _RECORDS.items()),
+            inputs=inputs,
+            slicing=_field(d, "slicing", dict, "sidecar"),
+            profile=Profile.from_dict(_field(d, "profile", dict, "sidecar")),
+            plan=Plan.from_dict(_field(d, "plan", dict, "sidecar")),
+            ladder=tuple(Plan.from_dict(p, f"ladder[{i}]") for i, p in enumerate(_field(d, "ladder", list, "sidecar"))),
+        )
+
+    def validate(self) -> None:
+        """The profile is well formed and every stored plan passes the checker."""
+        self.profile.validate()
+        for where, plan in (("plan", self.plan), *((f"ladder[{i}]", p) for i, p in enumerate(self.ladder))):
+            try:
+                planning.check_plan(self.profile, plan)
+            except planning.InvalidPlan as e:
+                raise UserError(f"{where} is invalid: {e}") from None
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What the caller is about to run; None means "not checked"."""
+
+    param_sha256: str | None = None
+    bin_sha256: str | None = None
+    ncnn_version: str | None = None
+    patch_series_id: str | None = None
+    threads: int | None = None
+    isa: str | None = None
+
+    @staticmethod
+    def for_run(param: Path | None = None, bin: Path | None = None, threads: int | None = None, isa: str | None = None) -> "Expected":
+        """The model files' hashes and this checkout's build identity."""
+        build = Build.current()
+        return Expected(fetch.sha256_of(param) if param else None, fetch.sha256_of(bin) if bin else None,
+                        build.ncnn_version, build.patch_series_id, threads, isa)
+
+
+_EXPECTED_FIELDS = {
+    "param_sha256": "model.param_sha256", "bin_sha256": "model.bin_sha256",
+    "ncnn_version": "build.ncnn_version", "patch_series_id": "build.patch_series_id",
+    "threads": "target.threads", "isa": "target.isa",
+}
+
+
+def verify(sidecar: Sidecar, expected: Expected, name: str = "the plan sidecar") -> None:
+    """Raise UserError naming the first field of `sidecar` that differs from `expected`."""
+    for attr, path in _EXPECTED_FIELDS.items():
+        want = getattr(expected, attr)
+        record, key = path.split(".")
+        have = getattr(getattr(sidecar, record), key)
+        if want is not None and have != want:
+            raise UserError(f"{name} does not match: {path} is {have!r}, expected {want!r} (re-run slice/prepare for this model and build)")
+
+
+def load(path: Path, expected: Expected | None = None) -> Sidecar:
+    """Read, validate and (with `expected`) verify a sidecar; every problem is a UserError naming the field."""
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise UserError(f"cannot read the plan sidecar {path}: {e.strerror or e}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise UserError(f"{path} is not valid JSON ({e}): the sidecar is truncated or corrupt, re-plan the model") from None
+    try:
+        sidecar = Sidecar.from_dict(data)
+        sidecar.validate()
+    except UserError as e:
+        raise UserError(f"{path}: {e}") from None
+    if expected is not None:
+        verify(sidecar, expected, str(path))
+    return sidecar
+
+
+def save(sidecar: Sidecar, path: Path) -> None:
+    """Write atomically: a reader sees the old file or the new one, never a partial one."""
+    path = Path(path)
+    text = json.dumps(sidecar.to_dict(), indent=1, sort_keys=False) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def with_plans(sidecar: Sidecar, plan: Plan, ladder: tuple[Plan, ...] | None = None) -> Sidecar:
+    """The same sidecar holding `plan` (and `ladder`, if given)."""
+    return replace(sidecar, plan=plan, ladder=sidecar.ladder if ladder is None else ladder)

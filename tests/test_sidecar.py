@@ -1,0 +1,112 @@
+"""The plan sidecar: round trip, validation on load, field-naming mismatches, atomic writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from flexnn_ncnn import planning, sidecar
+from flexnn_ncnn.cli import UserError
+
+from plan_fixtures import chain_sidecar
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> tuple[sidecar.Sidecar, Path]:
+    sc = dataclasses.replace(chain_sidecar(), ladder=tuple(planning.plans_for(chain_sidecar().profile, [30_000, 200_000])))
+    path = tmp_path / f"chain{sidecar.SUFFIX}"
+    sidecar.save(sc, path)
+    return sc, path
+
+
+def test_round_trip_is_exact(saved: tuple[sidecar.Sidecar, Path]) -> None:
+    sc, path = saved
+    loaded = sidecar.load(path, sidecar.Expected.for_run(threads=2, isa="x86_64-avx2"))
+    assert loaded == sc
+    assert loaded.plan_for(30_000) == sc.ladder[0] and loaded.plan_for(12345) is None
+    data = json.loads(path.read_text())
+    assert data["schema"] == "flexnn-plan" and data["schema_version"] == sidecar.SCHEMA_VERSION
+    assert data["plan"]["budget"] == 64_000 and len(data["plan"]["tensors"]) == len(data["profile"]["tensors"])
+
+
+@pytest.mark.parametrize("expected, field", [
+    (sidecar.Expected(param_sha256="c" * 64), "model.param_sha256"),
+    (sidecar.Expected(bin_sha256="c" * 64), "model.bin_sha256"),
+    (sidecar.Expected(ncnn_version="19990101"), "build.ncnn_version"),
+    (sidecar.Expected(patch_series_id="0123456789abcdef"), "build.patch_series_id"),
+    (sidecar.Expected(threads=4), "target.threads"),
+    (sidecar.Expected(isa="arm64-neon"), "target.isa"),
+])
+def test_a_mismatch_names_the_field(saved: tuple[sidecar.Sidecar, Path], expected: sidecar.Expected, field: str) -> None:
+    _, path = saved
+    with pytest.raises(UserError, match=rf"does not match: {field} is .*, expected "):
+        sidecar.load(path, expected)
+
+
+def test_expected_hashes_come_from_the_model_files(saved: tuple[sidecar.Sidecar, Path], tmp_path: Path) -> None:
+    _, path = saved
+    param = tmp_path / "other.param"
+    param.write_text("7767517\n")
+    with pytest.raises(UserError, match="model.param_sha256"):
+        sidecar.load(path, sidecar.Expected.for_run(param=param))
+
+
+def test_truncated_or_invalid_json_is_a_user_error(saved: tuple[sidecar.Sidecar, Path]) -> None:
+    _, path = saved
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+    with pytest.raises(UserError, match="is not valid JSON .*truncated or corrupt"):
+        sidecar.load(path)
+    path.write_text("[1, 2]")
+    with pytest.raises(UserError, match="must be a JSON object"):
+        sidecar.load(path)
+    with pytest.raises(UserError, match="cannot read the plan sidecar"):
+        sidecar.load(path.with_name("missing.json"))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(schema_version=99), "schema_version 99 is not supported"),
+    (lambda d: d.update(schema="something"), "not a FlexNN plan sidecar"),
+    (lambda d: d.pop("target"), "sidecar.target is missing"),
+    (lambda d: d["target"].update(threads="2"), "target.threads must be an integer"),
+    (lambda d: d.update(extra=1), "unknown field 'extra'"),
+    (lambda d: d["profile"]["tensors"][3].update(role="bias"), r"profile.tensors\[3\].role is 'bias'"),
+    (lambda d: d["profile"]["tensors"][0].update(size=-5), r"profile.tensors\[0\].size is -5, less than 1"),
+    (lambda d: d["plan"]["tensors"][0].pop("offset"), r"plan.tensors\[0\].offset is missing"),
+    (lambda d: d["plan"]["dependencies"].append([1]), r"plan.dependencies\[\d+\] must be a \[comp, load\] pair"),
+    (lambda d: d["inputs"].update(data=[0, 3]), "inputs.data must be a list of positive dimensions"),
+])
+def test_a_malformed_field_is_named(saved: tuple[sidecar.Sidecar, Path], edit, message: str) -> None:
+    _, path = saved
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError, match=message):
+        sidecar.load(path)
+
+
+def test_a_corrupted_plan_is_refused_with_the_checkers_reason(saved: tuple[sidecar.Sidecar, Path]) -> None:
+    _, path = saved
+    data = json.loads(path.read_text())
+    data["ladder"][1]["tensors"][1]["offset"] = data["ladder"][1]["tensors"][0]["offset"]  # two live tensors on one byte
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError, match=r"ladder\[1\] is invalid: layer \d \w+ 0 and layer \d \w+ 0 share bytes"):
+        sidecar.load(path)
+
+
+def test_save_is_atomic(saved: tuple[sidecar.Sidecar, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    sc, path = saved
+    before = path.read_bytes()
+
+    def crash(*args: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", crash)
+    with pytest.raises(OSError, match="disk full"):
+        sidecar.save(dataclasses.replace(sc, ladder=()), path)
+    assert path.read_bytes() == before, "a failed write leaves the old file whole"
+    assert [p.name for p in path.parent.iterdir()] == [path.name], "and no temporary file behind"
