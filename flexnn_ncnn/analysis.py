@@ -1,0 +1,224 @@
+"""Per-layer memory: live activations, and weights + intermediates for each candidate kernel.
+
+Bytes are fp32 at run time (fp16-stored weights are widened when NCNN loads them). The kernel
+formulas follow NCNN's x86/ARM convolution paths (paper §3.2):
+
+- Winograd F(m,3), 3x3 stride 1 dilation 1 only: transformed weights (m+2)^2·Cin·Cout, an input
+  bordered to whole m-tiles, its transform (m+2)^2·tiles·Cin and the output transform (m+2)^2·tiles·Cout.
+- Im2col+GEMM: packed weights Cin·k·k·Cout, the padded input and the im2col matrix K×N (K = Cin·k·k,
+  N = output pixels; a 1x1 stride-1 conv multiplies the input directly), K×ceil(N/T) with T tiles.
+- Direct: raw weights and the padded input.
+- InnerProduct / constant-B Gemm: the weight matrix (a 3-D InnerProduct input is flattened first).
+
+Weights slicing to `width` output channels/rows leaves one slice resident, and adds one output-sized
+buffer: the partial outputs are all alive when Concat writes the merged one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .ncnn_model import BlobShape, Graph, Layer, weight_specs
+
+CONV_KERNELS = ("winograd63", "winograd43", "im2col_gemm", "direct")
+
+
+def _mat_bytes(c: int, plane: int) -> int:
+    return c * ((plane * 4 + 15) // 16 * 16)
+
+
+@dataclass(frozen=True)
+class Cost:
+    weights: int
+    intermediates: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.intermediates
+
+
+@dataclass(frozen=True)
+class ConvModel:
+    """A group-1 Convolution: costs per kernel, output-channel slice width and im2col tile count."""
+
+    cin: int
+    cout: int
+    kh: int
+    kw: int
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    in_hw: tuple[int, int]
+    pads: tuple[int, int, int, int]  # left right top bottom
+    out_hw: tuple[int, int]
+    bias: bool
+    out_bytes: int
+
+    @property
+    def rows(self) -> int:
+        return self.cout
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        winograd = (self.kh, self.kw) == (3, 3) and self.stride == (1, 1) and self.dilation == (1, 1)
+        return CONV_KERNELS if winograd else CONV_KERNELS[2:]
+
+    @property
+    def pixels(self) -> int:
+        return self.out_hw[0] * self.out_hw[1]
+
+    def _padded_input(self) -> int:
+        l, r, t, b = self.pads
+        if not any(self.pads):
+            return 0
+        return _mat_bytes(self.cin, (self.in_hw[0] + t + b) * (self.in_hw[1] + l + r))
+
+    def cost(self, kernel: str, width: int, tiles: int = 1) -> Cost:
+        bias = width * 4 if self.bias else 0
+        concat = self.out_bytes if width < self.cout else 0
+        outh, outw = self.out_hw
+        if kernel.startswith("winograd"):
+            m = 6 if kernel == "winograd63" else 4
+            th, tw = math.ceil(outh / m), math.ceil(outw / m)
+            b = (m + 2) ** 2
+            bordered = _mat_bytes(self.cin, (th * m + 2) * (tw * m + 2))
+            tm = b * th * tw * 4 * (self.cin + width)
+            return Cost(b * self.cin * width * 4 + bias, bordered + tm + concat)
+        k = self.cin * self.kh * self.kw
+        if kernel == "im2col_gemm":
+            direct_gemm = (self.kh, self.kw) == (1, 1) and self.stride == (1, 1)
+            im2col = 0 if direct_gemm else k * math.ceil(self.pixels / tiles) * 4
+            return Cost(k * width * 4 + bias, self._padded_input() + im2col + concat)
+        if kernel == "direct":
+            return Cost(k * width * 4 + bias, self._padded_input() + concat)
+        raise ValueError(kernel)
+
+    def max_tiles(self, kernel: str, min_tile_pixels: int) -> int:
+        """Most im2col tiles whose width stays at least `min_tile_pixels` output pixels."""
+        if kernel != "im2col_gemm":
+            return 1
+        return max(1, self.pixels // min_tile_pixels)
+
+
+@dataclass(frozen=True)
+class MatrixModel:
+    """InnerProduct, or Gemm with a constant B: `rows` output features of `k` inputs each."""
+
+    rows: int
+    k: int
+    extra_per_row: int  # bias / C elements per output row
+    fixed: int          # elements not sliced (C broadcast over all rows)
+    flatten: int        # bytes of a flattened input copy
+    out_bytes: int
+
+    kernels = ("gemm",)
+
+    def cost(self, kernel: str, width: int, tiles: int = 1) -> Cost:
+        concat = self.out_bytes if width < self.rows else 0
+        return Cost((width * (self.k + self.extra_per_row) + self.fixed) * 4, self.flatten + concat)
+
+    def max_tiles(self, kernel: str, min_tile_pixels: int) -> int:
+        return 1
+
+
+@dataclass(frozen=True)
+class FixedModel:
+    """A layer the slicer does not cut: its weights as loaded and its known scratch."""
+
+    weights: int
+    intermediates: int
+    kernel: str
+
+    rows = 0
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        return (self.kernel,)
+
+    def cost(self, kernel: str, width: int = 0, tiles: int = 1) -> Cost:
+        return Cost(self.weights, self.intermediates)
+
+    def max_tiles(self, kernel: str, min_tile_pixels: int) -> int:
+        return 1
+
+
+CostModel = ConvModel | MatrixModel | FixedModel
+
+
+@dataclass(frozen=True)
+class LayerAnalysis:
+    index: int            # position in the topological order
+    layer: Layer
+    live_bytes: int       # activations resident while the layer runs (its inputs and outputs included)
+    weight_bytes: int     # the layer's weights as NCNN holds them after loading (fp32)
+    model: CostModel
+
+    def candidates(self) -> list[tuple[str, Cost]]:
+        """Each candidate kernel, fastest first, unsliced."""
+        return [(k, self.model.cost(k, self.model.rows)) for k in self.model.kernels]
+
+
+def _conv_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> ConvModel | None:
+    p = layer.params
+    if (layer.type != "Convolution" or p.get_int(19, 0) or p.get_int(8, 0) or len(layer.bottoms) != 1
+            or in_shape.dims != 3):
+        return None  # dynamic weights, int8, or not a plain 2-D conv
+    kw = p.get_int(1, 0)
+    kh = p.get_int(11, kw)
+    dw = p.get_int(2, 1)
+    sw = p.get_int(3, 1)
+    sh, dh = p.get_int(13, sw), p.get_int(12, dw)
+    pl = p.get_int(4, 0)
+    pads = (pl, p.get_int(15, pl), p.get_int(14, pl), p.get_int(16, p.get_int(14, pl)))
+    if min(pads) < 0:  # SAME padding (-233/-234): the total NCNN adds so the output has its size
+        pad_w = max((out_shape.w - 1) * sw + (kw - 1) * dw + 1 - in_shape.w, 0)
+        pad_h = max((out_shape.h - 1) * sh + (kh - 1) * dh + 1 - in_shape.h, 0)
+        pads = (pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2)
+    return ConvModel(in_shape.c, p.get_int(0, 0), kh, kw, (sh, sw), (dh, dw), (in_shape.h, in_shape.w), pads,
+                     (out_shape.h, out_shape.w), bool(p.get_int(5, 0)), out_shape.nbytes)
+
+
+def _matrix_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> MatrixModel | None:
+    p = layer.params
+    if layer.type == "InnerProduct" and not p.get_int(8, 0):
+        rows = p.get_int(0, 0)
+        flatten = in_shape.nbytes if in_shape.dims == 3 else 0
+        return MatrixModel(rows, p.get_int(2, 0) // rows, int(bool(p.get_int(1, 0))), 0, flatten, out_shape.nbytes)
+    if (layer.type == "Gemm" and p.get_int(5, 0) == 1 and p.get_int(4, 0) == 0 and not p.get_int(18, 0)
+            and not p.get_int(11, 0) and not p.get_int(14, 0) and len(layer.bottoms) == 1):
+        m, n, k = p.get_int(7, 0), p.get_int(8, 0), p.get_int(9, 0)
+        bc = p.get_int(10, 0) if p.get_int(6, 0) else -1
+        per_row = {3: m, 4: 1}.get(bc, 0)
+        fixed = {0: 1, 1: m, 2: m}.get(bc, 0)
+        return MatrixModel(n, k, per_row, fixed, 0, out_shape.nbytes)
+    return None
+
+
+def _runtime_weight_bytes(layer: Layer) -> int:
+    return sum(s.count * 4 if s.load_type in (0, 1) else s.count for s in weight_specs(layer))
+
+
+def _fixed_model(layer: Layer, in_shape: BlobShape | None) -> FixedModel:
+    weights = _runtime_weight_bytes(layer)
+    if layer.type == "MultiHeadAttention" and in_shape is not None:
+        seq, embed = in_shape.h, in_shape.w
+        heads = layer.params.get_int(1, 1)
+        # q, k, v projections and one attention matrix per head
+        return FixedModel(weights, (3 * seq * embed + heads * seq * seq) * 4, "attention")
+    return FixedModel(weights, 0, "-" if not weights else "default")
+
+
+def analyze(graph: Graph, shapes: dict[str, BlobShape]) -> list[LayerAnalysis]:
+    """One entry per layer, in `graph.order`."""
+    out = []
+    for i, layer in enumerate(graph.order):
+        live = sum(shapes[b].nbytes for b in graph.live_at(i) if b in shapes)
+        in_shape = shapes.get(layer.bottoms[0]) if layer.bottoms else None
+        out_shape = shapes.get(layer.tops[0]) if layer.tops else None
+        model: CostModel | None = None
+        if in_shape is not None and out_shape is not None:
+            model = _conv_model(layer, in_shape, out_shape) or _matrix_model(layer, in_shape, out_shape)
+        if model is None:
+            model = _fixed_model(layer, in_shape)
+        out.append(LayerAnalysis(i, layer, live, _runtime_weight_bytes(layer), model))
+    return out

@@ -1,0 +1,65 @@
+"""Graph facts of an NCNN network: producers, consumers, topological order, blob lifetimes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..cli import UserError
+from .param import Layer, NcnnParam
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Layers in a topological order (file order where it already is one) and each blob's lifetime."""
+
+    order: list[Layer]
+    producer: dict[str, int]          # blob -> index in `order` of the layer writing it
+    last_use: dict[str, int]          # blob -> index of its last consumer (its producer if none)
+    inputs: list[str]                 # tops of Input layers
+    outputs: list[str]                # blobs no layer consumes
+
+    @classmethod
+    def build(cls, param: NcnnParam) -> Graph:
+        producer_of: dict[str, Layer] = {}
+        for layer in param:
+            for top in layer.tops:
+                if top in producer_of:
+                    raise UserError(f"blob {top} is produced by both {producer_of[top].name} and {layer.name}")
+                producer_of[top] = layer
+        for layer in param:
+            for b in layer.bottoms:
+                if b not in producer_of:
+                    raise UserError(f"layer {layer.name}: input blob {b} is produced by no layer")
+        # Kahn's algorithm, always taking the earliest ready layer in file order
+        remaining = {id(layer): len(layer.bottoms) for layer in param}
+        consumers: dict[str, list[Layer]] = {}
+        for layer in param:
+            for b in layer.bottoms:
+                consumers.setdefault(b, []).append(layer)
+        index_in_file = {id(layer): i for i, layer in enumerate(param)}
+        ready = sorted((layer for layer in param if not layer.bottoms), key=lambda lyr: index_in_file[id(lyr)])
+        order: list[Layer] = []
+        while ready:
+            layer = ready.pop(0)
+            order.append(layer)
+            for top in layer.tops:
+                for c in consumers.get(top, []):
+                    remaining[id(c)] -= 1
+                    if remaining[id(c)] == 0:
+                        ready.append(c)
+            ready.sort(key=lambda lyr: index_in_file[id(lyr)])
+        if len(order) != len(param.layers):
+            stuck = next(layer.name for layer in param if remaining[id(layer)] > 0)
+            raise UserError(f"the network has a cycle (layer {stuck} never becomes ready)")
+        producer = {top: i for i, layer in enumerate(order) for top in layer.tops}
+        last_use = dict(producer)
+        for i, layer in enumerate(order):
+            for b in layer.bottoms:
+                last_use[b] = max(last_use[b], i)
+        inputs = [top for layer in order if layer.type == "Input" for top in layer.tops]
+        outputs = [b for b in producer if b not in consumers]
+        return cls(order, producer, last_use, inputs, outputs)
+
+    def live_at(self, i: int) -> list[str]:
+        """Blobs resident while layer `i` runs: produced at or before it, still needed at or after it."""
+        return [b for b, p in self.producer.items() if p <= i and (self.last_use[b] >= i or b in self.outputs)]

@@ -1,0 +1,124 @@
+"""Blob shapes for a given input shape: from the model's shape hints when they were recorded for
+that input, else measured by running stock NCNN once (random weights if none are given)."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..cli import UserError
+from .graph import Graph
+from .param import SHAPE_HINT_ID, NcnnParam
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BlobShape:
+    """An NCNN Mat shape (elempack 1, fp32): `dims` of w, h, d, c."""
+
+    dims: int
+    w: int
+    h: int = 1
+    d: int = 1
+    c: int = 1
+
+    @classmethod
+    def from_numpy(cls, shape: tuple[int, ...]) -> BlobShape:
+        """`(c, d, h, w)`, `(c, h, w)`, `(h, w)` or `(w,)` as NCNN's Python Mat arrays are shaped."""
+        dims = len(shape)
+        if not 1 <= dims <= 4:
+            raise UserError(f"NCNN blobs have 1 to 4 dimensions, not {shape}")
+        return cls(dims, shape[-1], shape[-2] if dims >= 2 else 1, shape[-3] if dims == 4 else 1,
+                   shape[0] if dims >= 3 else 1)
+
+    def numpy(self) -> tuple[int, ...]:
+        return ((self.w,), (self.h, self.w), (self.c, self.h, self.w), (self.c, self.d, self.h, self.w))[self.dims - 1]
+
+    @property
+    def numel(self) -> int:
+        return self.w * self.h * self.d * self.c
+
+    @property
+    def nbytes(self) -> int:
+        # Mat::create: each channel's w*h*d floats padded to 16 bytes (cstep)
+        return self.c * ((self.w * self.h * self.d * 4 + 15) // 16 * 16)
+
+    def __str__(self) -> str:
+        return "x".join(str(v) for v in self.numpy())
+
+
+def parse_input_shape(text: str) -> BlobShape:
+    """`1,3,224,224` (torch NCHW, batch 1 dropped) -> c=3 h=224 w=224."""
+    try:
+        values = [int(v) for v in text.replace("x", ",").split(",") if v.strip()]
+    except ValueError:
+        raise UserError(f"input shape {text!r}: write numbers separated by commas, e.g. 1,3,224,224") from None
+    if len(values) >= 2 and values[0] == 1:
+        values = values[1:]
+    if not values or any(v <= 0 for v in values) or len(values) > 4:
+        raise UserError(f"input shape {text!r}: 1 to 4 positive dimensions after a batch of 1")
+    return BlobShape.from_numpy(tuple(values))
+
+
+def _hinted(param: NcnnParam) -> dict[str, BlobShape]:
+    shapes = {}
+    for layer in param:
+        hint = layer.params.get_array(SHAPE_HINT_ID)
+        if not hint or not layer.tops or len(hint) % len(layer.tops):
+            continue
+        step = len(hint) // len(layer.tops)
+        for j, top in enumerate(layer.tops):
+            p = [int(v) for v in hint[j * step:(j + 1) * step]]
+            dims = p[0]
+            if 1 <= dims <= 4:
+                shapes[top] = BlobShape(dims, p[1], p[2] if dims >= 2 else 1, p[3] if dims == 4 else 1,
+                                        p[step - 1] if dims >= 3 else 1)
+    return shapes
+
+
+def declared_input_shapes(param: NcnnParam, graph: Graph) -> dict[str, BlobShape]:
+    """Input shapes the model states: its Input layers' w/h/d/c params, else their shape hints."""
+    hints = _hinted(param)
+    shapes = {}
+    for layer in graph.order:
+        if layer.type != "Input":
+            continue
+        top = layer.tops[0]
+        w, h, d, c = (layer.params.get_int(i, 0) for i in (0, 1, 11, 2))
+        if top in hints:
+            shapes[top] = hints[top]
+        elif w > 0:
+            dims = 4 if d > 0 else 3 if c > 0 else 2 if h > 0 else 1
+            shapes[top] = BlobShape(dims, w, max(h, 1), max(d, 1), max(c, 1))
+    return shapes
+
+
+def infer_shapes(param: NcnnParam, graph: Graph, inputs: dict[str, BlobShape],
+                 bin_path: str | Path | None = None) -> dict[str, BlobShape]:
+    """Shape of every blob for `inputs`: hints if they cover all blobs for these very inputs, else stock NCNN."""
+    hints = _hinted(param)
+    if all(b in hints for b in graph.producer) and all(hints[b] == s for b, s in inputs.items()):
+        log.info("blob shapes from the model's shape hints")
+        return hints
+    log.info("blob shapes measured by running stock NCNN")
+    from .random_weights import random_modelbin
+    from .stock import run_stock
+    rng = np.random.default_rng(0)
+    feeds = {name: rng.standard_normal(s.numpy()).astype(np.float32) for name, s in inputs.items()}
+    with tempfile.TemporaryDirectory(prefix="flexnn-shapes-") as tmp:
+        param_path = Path(tmp) / "model.param"
+        param_path.write_text(param.format())
+        if bin_path is None:
+            bin_path = Path(tmp) / "model.bin"
+            with open(bin_path, "wb") as f:
+                random_modelbin(param, seed=0).write(f)
+        blobs = [b for b in graph.producer if b not in inputs]
+        out = run_stock(param_path, bin_path, feeds, blobs)
+    shapes = dict(inputs)
+    shapes.update({b: BlobShape.from_numpy(a.shape) for b, a in out.items()})
+    return shapes

@@ -1,0 +1,52 @@
+"""Stock NCNN (the `ncnn` wheel) as the oracle: run a model file pair and read back any blobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..cli import UserError
+
+
+def _ncnn():
+    try:
+        import ncnn  # type: ignore[import-not-found]
+    except ImportError:
+        raise UserError("stock NCNN is needed here: pip install ncnn==1.0.20261020") from None
+    return ncnn
+
+
+def run_stock(param_path: str | Path, bin_path: str | Path, inputs: dict[str, np.ndarray],
+              blobs: Sequence[str], *, fp32: bool = True, winograd: bool = True, sgemm: bool = True,
+              num_threads: int = 1) -> dict[str, np.ndarray]:
+    """Extract `blobs` (NCNN layout, batch-less: c,h,w / h,w / w) after feeding `inputs`.
+
+    `fp32` turns off fp16/bf16 storage and arithmetic so the result is plain fp32 math.
+    """
+    ncnn = _ncnn()
+    net = ncnn.Net()
+    net.opt.use_vulkan_compute = False
+    net.opt.num_threads = num_threads
+    net.opt.lightmode = False  # keep every blob, so any can be extracted in any order
+    net.opt.use_winograd_convolution = winograd
+    net.opt.use_sgemm_convolution = sgemm
+    if fp32:
+        for flag in ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic", "use_bf16_storage", "use_bf16_packed"):
+            setattr(net.opt, flag, False)
+    if net.load_param(str(param_path)) != 0:
+        raise UserError(f"{param_path}: stock NCNN cannot load this .param")
+    if net.load_model(str(bin_path)) != 0:
+        raise UserError(f"{bin_path}: stock NCNN cannot load this .bin")
+    ex = net.create_extractor()
+    for name, array in inputs.items():
+        ex.input(name, ncnn.Mat(np.ascontiguousarray(array, dtype=np.float32)))
+    out = {}
+    for name in blobs:
+        ret, mat = ex.extract(name)
+        if ret != 0:
+            raise UserError(f"stock NCNN failed to compute blob {name} (code {ret})")
+        # an empty Mat (e.g. DetectionOutput with no detection) has no buffer to convert
+        out[name] = np.zeros((0,), np.float32) if mat.empty() else np.array(mat, dtype=np.float32, copy=True)
+    return out

@@ -1,0 +1,132 @@
+"""`python -m flexnn_ncnn.slice MODEL.param --budget 100MB`: bottleneck-aware layer slicing.
+
+Writes OUTDIR/MODEL.flexnn.param and OUTDIR/MODEL.flexnn.bin (an ordinary NCNN model: stock NCNN
+runs it) and OUTDIR/MODEL.flexnn.slicing.json (each layer's kernel, slices, tiles and the numbers
+they were chosen by, for the planner). With --analyze, prints the per-layer memory table instead.
+
+Budgets: 100MB is 10^6-based, 100MiB 2^20-based, a bare number is bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .analysis import LayerAnalysis, analyze
+from .cli import UserError, add_logging_args, run_main, setup_logging
+from .ncnn_model import (BlobShape, Graph, declared_input_shapes, infer_shapes, parse_input_shape, read_bin,
+                         read_param)
+from .ncnn_model.files import atomic_write_all
+from .slicing import TARGETS, SlicingResult, slice_model, target_for
+from .units import format_size, parse_size
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f}"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [list(map(str, headers))] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def analysis_table(analyses: Sequence[LayerAnalysis], shapes: dict[str, BlobShape], budget: int | None) -> str:
+    """Layers with weights or scratch, one row per candidate kernel (fastest first)."""
+    rows = []
+    for a in analyses:
+        candidates = a.candidates()
+        if not any(c.total for _, c in candidates):
+            continue
+        out = str(shapes[a.layer.tops[0]]) if a.layer.tops and a.layer.tops[0] in shapes else "?"
+        for j, (kernel, cost) in enumerate(candidates):
+            head = [a.index, a.layer.name, a.layer.type, out, _mib(a.live_bytes)] if j == 0 else [""] * 5
+            limit = [] if budget is None else [_mib(budget - a.live_bytes) if j == 0 else ""]
+            rows.append(head + [kernel, _mib(cost.weights), _mib(cost.intermediates), _mib(cost.total)] + limit)
+    headers = ["#", "layer", "type", "output", "activations", "kernel", "weights", "intermediates", "total"]
+    table = _table(headers + ([] if budget is None else ["limit"]), rows)
+    return table + "\n(MiB; activations = all blobs live while the layer runs)"
+
+
+def summary_table(result: SlicingResult) -> str:
+    rows = [[d.layer, d.type, d.kernel, f"{d.slices}x{d.slice_width}" if d.slices > 1 else "-",
+             d.tiles if d.tiles > 1 else "-", _mib(d.limit), _mib(d.before.total), _mib(d.after.total), d.reason]
+            for d in result.sliced]
+    if not rows:
+        return "no layer needed slicing: every layer's fastest kernel fits its limit"
+    return _table(["layer", "type", "kernel", "slices", "tiles", "limit", "before", "after", "why"], rows) + \
+        "\n(MiB; before = fastest kernel unsliced, after = one sub-layer as sliced; weights + intermediates)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.slice", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("param", type=Path, metavar="MODEL.param", help="NCNN text .param")
+    parser.add_argument("--budget", help="memory budget, e.g. 100MB, 100MiB or bytes (required unless --analyze)")
+    parser.add_argument("--bin", type=Path, help="weights (default: the .param's sibling .bin)")
+    parser.add_argument("--input-shape", help="input shape, e.g. 1,3,224,224 (default: from the Input layer or shape hints)")
+    parser.add_argument("--target", choices=TARGETS, default="host", help="target CPU, for SIMD widths (default host)")
+    parser.add_argument("-o", "--outdir", type=Path, help="output directory (default: the .param's directory)")
+    parser.add_argument("--analyze", action="store_true", help="print per-layer memory per candidate kernel; write nothing")
+    add_logging_args(parser)
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+
+    budget = parse_size(args.budget) if args.budget is not None else None
+    if budget is None and not args.analyze:
+        raise UserError("--budget is required (e.g. --budget 100MB)")
+    if budget is not None:
+        print(f"budget: {format_size(budget)}")
+    target = target_for(args.target)
+    param = read_param(args.param)
+    bin_path = args.bin or args.param.with_suffix(".bin")
+    graph = Graph.build(param)
+    if args.input_shape:
+        if len(graph.inputs) != 1:
+            raise UserError(f"--input-shape sets one input; the model has {len(graph.inputs)}")
+        inputs = {graph.inputs[0]: parse_input_shape(args.input_shape)}
+    else:
+        inputs = declared_input_shapes(param, graph)
+        if set(inputs) != set(graph.inputs):
+            raise UserError("the model does not state its input shape: give --input-shape, e.g. 1,3,224,224")
+    have_bin = bin_path.exists()
+    if not have_bin and not args.analyze:
+        raise UserError(f"{bin_path}: no such file (give --bin)")
+    modelbin = read_bin(param, bin_path) if have_bin else None
+    shapes = infer_shapes(param, graph, inputs, bin_path if have_bin else None)
+
+    if args.analyze:
+        print(analysis_table(analyze(graph, shapes), shapes, budget))
+        return 0
+
+    assert modelbin is not None and budget is not None
+    result = slice_model(param, modelbin, graph, shapes, budget, target, progress=True)
+    outdir = args.outdir or args.param.parent
+    stem = args.param.name.removesuffix(".param")
+    out_param, out_bin = outdir / f"{stem}.flexnn.param", outdir / f"{stem}.flexnn.bin"
+    out_json = outdir / f"{stem}.flexnn.slicing.json"
+    for out in (out_param, out_bin, out_json):
+        if out.resolve() in (args.param.resolve(), bin_path.resolve()):
+            raise UserError(f"{out} would overwrite an input: choose another -o")
+    param_text = result.param.format().encode()
+    plan_text = (json.dumps(result.to_json(), indent=1) + "\n").encode()
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+        atomic_write_all({out_param: lambda f: f.write(param_text), out_bin: result.modelbin.write,
+                          out_json: lambda f: f.write(plan_text)})
+    except OSError as e:
+        raise UserError(f"cannot write to {outdir}: {e.strerror or e}") from None
+    print(summary_table(result))
+    print(f"{len(result.sliced)} of {len(result.decisions)} conv/matrix layers sliced or re-kerneled for target "
+          f"{target.name} (SIMD width {target.simd_width}); smallest feasible budget {format_size(result.min_budget)}")
+    print(f"wrote {out_param}, {out_bin}, {out_json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,107 @@
+"""Apply slicing decisions to a model: weights slicing becomes Split → N sub-layers → Concat.
+
+The sliced model is an ordinary NCNN model (stock NCNN runs it unchanged). Each sub-layer carries
+one contiguous range of output channels/rows with its weights in the storage they had (fp16 stays
+fp16, byte for byte). The Concat takes the original top's name, so consumers are untouched.
+
+Convolutions also record the chosen kernel and im2col tile count in param ids 26 and 27, which stock
+NCNN's Convolution ignores (it reads 0-19, 30, 31) and the patched layer reads; see docs/SLICING.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..ncnn_model import BlobShape, Layer, LayerWeights, ModelBin, NcnnParam, WeightRecord, WeightSpec
+from ..ncnn_model.param import SHAPE_HINT_ID, ParamDict
+from .policy import LayerDecision
+
+KERNEL_PARAM_ID = 26
+TILES_PARAM_ID = 27
+KERNEL_CODES = {"direct": 1, "im2col_gemm": 2, "winograd43": 3, "winograd63": 4}
+
+
+def _slice_rows(record: WeightRecord, rows: int, lo: int, hi: int, columns: bool = False) -> WeightRecord:
+    """Rows [lo, hi) of a record laid out as `rows` rows (or, with `columns`, columns of a K×rows matrix)."""
+    e = record.elements()
+    e = e.reshape(-1, rows)[:, lo:hi] if columns else e.reshape(rows, -1)[lo:hi]
+    spec = WeightSpec(record.spec.role, e.size, record.spec.load_type)
+    return WeightRecord.from_elements(spec, record.tag, np.ascontiguousarray(e).reshape(-1))
+
+
+def _sub_layer(layer: Layer, weights: LayerWeights, lo: int, hi: int, rows: int) -> tuple[ParamDict, list[WeightRecord]]:
+    """Params and weight records of the sub-layer computing output rows [lo, hi)."""
+    p = layer.params.copy()
+    p.remove(SHAPE_HINT_ID)
+    width = hi - lo
+    records = []
+    if layer.type == "Convolution":
+        p.set(0, width)
+        p.set(6, layer.params.get_int(6, 0) // rows * width)
+        records = [_slice_rows(r, rows, lo, hi) if r.spec.role in ("weight", "bias") else r for r in weights.records]
+    elif layer.type == "InnerProduct":
+        p.set(0, width)
+        p.set(2, layer.params.get_int(2, 0) // rows * width)
+        records = [_slice_rows(r, rows, lo, hi) for r in weights.records]
+    elif layer.type == "Gemm":
+        p.set(8, width)
+        trans_b, broadcast_c = layer.params.get_int(3, 0), layer.params.get_int(10, 0)
+        for r in weights.records:
+            if r.spec.role == "B":
+                records.append(_slice_rows(r, rows, lo, hi, columns=not trans_b))
+            elif r.spec.role == "C" and broadcast_c in (3, 4):
+                records.append(_slice_rows(r, rows, lo, hi, columns=broadcast_c == 3))
+            else:
+                records.append(r)
+    else:
+        raise AssertionError(f"no weights slicing for {layer.type}")
+    return p, records
+
+
+def _record_kernel(layer: Layer, d: LayerDecision) -> Layer:
+    if layer.type != "Convolution":
+        return layer
+    p = layer.params.copy()
+    p.set(KERNEL_PARAM_ID, KERNEL_CODES[d.kernel])
+    p.set(TILES_PARAM_ID, d.tiles)
+    return replace(layer, params=p, _line=None, _signature=None)
+
+
+def apply(param: NcnnParam, modelbin: ModelBin, decisions: dict[str, LayerDecision],
+          shapes: dict[str, BlobShape]) -> tuple[NcnnParam, ModelBin, dict[str, LayerDecision]]:
+    """The sliced model and its weights; `param` and `modelbin` are not modified."""
+    layers: list[Layer] = []
+    weights: list[LayerWeights] = []
+    done: dict[str, LayerDecision] = {}
+    for layer in param:
+        d = decisions.get(layer.name)
+        lw = modelbin.get(layer.name)
+        if d is None or d.slices == 1:
+            layers.append(layer if d is None else _record_kernel(layer, d))
+            if lw is not None:
+                weights.append(lw)
+            if d is not None:
+                done[layer.name] = replace(d, sublayers=(layer.name,))
+            continue
+        assert lw is not None and len(layer.bottoms) == 1 and len(layer.tops) == 1
+        top, n = layer.tops[0], d.slices
+        ins = [f"{layer.name}.flexnn_in{i}" for i in range(n)]
+        outs = [f"{layer.name}.flexnn_out{i}" for i in range(n)]
+        names = [f"{layer.name}.flexnn{i}" for i in range(n)]
+        layers.append(Layer("Split", f"{layer.name}.flexnn_split", [layer.bottoms[0]], ins))
+        for i in range(n):
+            lo, hi = i * d.slice_width, min((i + 1) * d.slice_width, d.rows)
+            p, records = _sub_layer(layer, lw, lo, hi, d.rows)
+            layers.append(_record_kernel(Layer(layer.type, names[i], [ins[i]], [outs[i]], p), d))
+            weights.append(LayerWeights(names[i], 0, records))
+        # channels (axis 0) of a conv's c,h,w output; the last axis (w) of a matrix layer's output
+        axis = 0 if layer.type == "Convolution" else shapes[top].dims - 1
+        concat = ParamDict()
+        concat.set(0, axis)
+        if SHAPE_HINT_ID in layer.params:
+            concat.set(SHAPE_HINT_ID, layer.params.get_array(SHAPE_HINT_ID))
+        layers.append(Layer("Concat", f"{layer.name}.flexnn_concat", outs, [top], concat))
+        done[layer.name] = replace(d, sublayers=tuple(names))
+    return NcnnParam(layers), ModelBin(ModelBin(weights).layout()), done

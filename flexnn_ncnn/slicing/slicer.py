@@ -1,0 +1,81 @@
+"""`slice_model`: decide every layer under a budget, rewrite the model, and keep the decisions."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+
+from tqdm import tqdm
+
+from ..analysis import FixedModel, LayerAnalysis, analyze
+from ..cli import UserError
+from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
+from ..units import format_size
+from .policy import LayerDecision, decide, smallest_working_set
+from .rewrite import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, apply
+from .target import Target
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "flexnn-slicing/1"
+
+
+@dataclass
+class SlicingResult:
+    """The sliced model, and what was decided for each convolution and matrix layer, in run order."""
+
+    param: NcnnParam
+    modelbin: ModelBin
+    budget: int
+    reserve: int
+    target: Target
+    inputs: dict[str, BlobShape]
+    decisions: list[LayerDecision]
+    analyses: list[LayerAnalysis]
+    min_budget: int  # the smallest budget this slicer accepts for the model
+
+    @property
+    def sliced(self) -> list[LayerDecision]:
+        return [d for d in self.decisions if d.changed]
+
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "budget": self.budget,
+            "reserve": self.reserve,
+            "min_budget": self.min_budget,
+            "target": {"name": self.target.name, "simd_width": self.target.simd_width},
+            # NCNN order w, h, (d,) c, as the plan sidecar writes shapes
+            "inputs": {name: list(reversed(s.numpy())) for name, s in self.inputs.items()},
+            "param_ids": {"kernel": KERNEL_PARAM_ID, "tiles": TILES_PARAM_ID, "kernel_codes": KERNEL_CODES},
+            "layers": [{**asdict(d), "slices": d.slices} for d in self.decisions],
+        }
+
+
+def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
+                target: Target, reserve: int = 0, progress: bool = False) -> SlicingResult:
+    """Slice so every layer's weights + intermediates fit what `budget` leaves beside live activations.
+
+    `reserve` is taken off every layer's limit: the planner raises it to tighten and retry.
+    Raises UserError naming the smallest feasible budget when `budget` is not enough.
+    """
+    analyses = analyze(graph, shapes)
+    need = {a.layer.name: a.live_bytes + reserve + smallest_working_set(a, target) for a in analyses}
+    bottleneck = max(analyses, key=lambda a: need[a.layer.name])
+    min_budget = need[bottleneck.layer.name]
+    if budget < min_budget:
+        raise UserError(
+            f"budget {format_size(budget)} is too small: layer {bottleneck.layer.name} ({bottleneck.layer.type}) "
+            f"needs {format_size(min_budget)} with its live activations even fully sliced; that is the smallest "
+            f"feasible budget")
+    decisions: dict[str, LayerDecision] = {}
+    for a in tqdm(analyses, desc="slicing", unit="layer", disable=not progress):
+        d = decide(a, budget - a.live_bytes - reserve, target)
+        assert d is not None, "every layer fits once the budget covers its smallest working set"
+        if not isinstance(a.model, FixedModel):
+            decisions[a.layer.name] = d
+    sliced_param, sliced_bin, done = apply(param, modelbin, decisions, shapes)
+    ordered = [done[a.layer.name] for a in analyses if a.layer.name in done]
+    log.info("%d of %d layers sliced or re-kerneled", sum(d.changed for d in ordered), len(ordered))
+    inputs = {b: shapes[b] for b in graph.inputs if b in shapes}
+    return SlicingResult(sliced_param, sliced_bin, budget, reserve, target, inputs, ordered, analyses, min_budget)

@@ -1,0 +1,103 @@
+"""Graph order, blob shapes and the per-layer memory estimates the slicer decides by."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from model_helpers import BENCHMARK_DIR, needs_benchmarks
+from flexnn_ncnn import slice as slice_cli
+from flexnn_ncnn.analysis import analyze
+from flexnn_ncnn.cli import UserError, run_main
+from flexnn_ncnn.ncnn_model import BlobShape, Graph, NcnnParam, infer_shapes, parse_input_shape, read_param
+from flexnn_ncnn.ncnn_model.param import SHAPE_HINT_ID
+
+pytest.importorskip("ncnn")
+
+CONV_NET = """7767517
+5 5
+Input            in     0 1 data 0=20 1=12 2=24
+Convolution      c3     1 1 data a 0=40 1=3 4=1 5=1 6=8640
+Convolution      c1     1 1 a b 0=16 1=1 5=0 6=640
+Flatten          f      1 1 b flat
+InnerProduct     fc     1 1 flat out 0=10 1=1 2=38400
+"""
+
+
+@needs_benchmarks
+def test_topological_order_of_shuffled_layers():
+    text = (BENCHMARK_DIR / "googlenet.param").read_text()
+    lines = text.splitlines(keepends=True)
+    body = lines[2:]
+    random.Random(0).shuffle(body)
+    for param in (NcnnParam.parse(text), NcnnParam.parse("".join(lines[:2] + body))):
+        graph = Graph.build(param)
+        seen = set()
+        for layer in graph.order:
+            assert all(b in seen for b in layer.bottoms), layer.name
+            seen.update(layer.tops)
+        assert len(graph.order) == len(param.layers)
+    # file order is kept when it already is topological
+    assert [lyr.name for lyr in Graph.build(NcnnParam.parse(text)).order] == [lyr.name for lyr in NcnnParam.parse(text)]
+
+
+def test_cycle_and_dangling_blob_are_user_errors():
+    with pytest.raises(UserError, match="cycle"):
+        Graph.build(NcnnParam.parse("7767517\n2 2\nReLU a 1 1 y x\nReLU b 1 1 x y\n"))
+    with pytest.raises(UserError, match="produced by no layer"):
+        Graph.build(NcnnParam.parse("7767517\n1 2\nReLU a 1 1 x y\n"))
+
+
+@needs_benchmarks
+@pytest.mark.parametrize("name", ["squeezenet", "mobilenet_v2", "resnet18", "shufflenet_v2"])
+def test_shape_hints_agree_with_stock_ncnn(name):
+    param = read_param(BENCHMARK_DIR / f"{name}.param")
+    graph = Graph.build(param)
+    inputs = {graph.inputs[0]: parse_input_shape("1,3,227,227" if name == "squeezenet" else "1,3,224,224")}
+    hinted = infer_shapes(param, graph, inputs)
+    for layer in param:  # without hints the shapes come from running stock NCNN
+        if layer.type != "Input":
+            layer.params.remove(SHAPE_HINT_ID)
+    measured = infer_shapes(param, graph, inputs)
+    assert hinted == measured
+
+
+def test_memory_estimates_per_kernel():
+    param = NcnnParam.parse(CONV_NET)
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {"data": BlobShape(3, 20, 12, 1, 24)})
+    assert shapes["a"] == BlobShape(3, 20, 12, 1, 40) and shapes["flat"] == BlobShape(1, 3840)
+    by_name = {a.layer.name: a for a in analyze(graph, shapes)}
+    c3 = dict(by_name["c3"].candidates())
+    assert list(c3) == ["winograd63", "winograd43", "im2col_gemm", "direct"]
+    bias = 40 * 4
+    assert c3["winograd63"].weights == 64 * 24 * 40 * 4 + bias
+    assert c3["winograd43"].weights == 36 * 24 * 40 * 4 + bias
+    assert c3["im2col_gemm"].weights == c3["direct"].weights == 24 * 9 * 40 * 4 + bias
+    padded = 24 * ((22 * 14 * 4 + 15) // 16 * 16)
+    assert c3["direct"].intermediates == padded
+    assert c3["im2col_gemm"].intermediates == padded + (24 * 9) * (20 * 12) * 4
+    # F(6,3): 4x2 tiles of 6x6 outputs; input bordered to 26x14; transforms of 64 per tile
+    assert c3["winograd63"].intermediates == 24 * (26 * 14 * 4) + 64 * 8 * 4 * (24 + 40)
+    model = by_name["c3"].model
+    assert model.cost("im2col_gemm", 40, tiles=4).intermediates == padded + 24 * 9 * 60 * 4
+    assert model.cost("winograd63", 16).weights == 64 * 24 * 16 * 4 + 16 * 4
+    # a 1x1 stride-1 conv multiplies its input directly: no im2col matrix, no Winograd
+    c1 = dict(by_name["c1"].candidates())
+    assert list(c1) == ["im2col_gemm", "direct"] and c1["im2col_gemm"].intermediates == 0
+    assert dict(by_name["fc"].candidates())["gemm"].weights == (38400 + 10) * 4
+    # live activations while c1 runs: its input a and its output b
+    assert by_name["c1"].live_bytes == shapes["a"].nbytes + shapes["b"].nbytes
+
+
+def test_analyze_cli_prints_every_candidate_and_writes_nothing(tmp_path, capsys):
+    param = tmp_path / "net.param"
+    param.write_text(CONV_NET)
+    assert run_main(slice_cli.main, [str(param), "--analyze", "--budget", "1MiB"]) == 0
+    out = capsys.readouterr().out
+    assert "budget: 1,048,576 B" in out
+    c3_rows = out[out.index(" c3 "):out.index(" c1 ")]
+    for kernel in ("winograd63", "winograd43", "im2col_gemm", "direct"):
+        assert kernel in c3_rows
+    assert "limit" in out and sorted(p.name for p in tmp_path.iterdir()) == ["net.param"]

@@ -1,0 +1,311 @@
+"""Slicing: stock NCNN runs the sliced model to the original's output, every layer fits its limit,
+and `python -m flexnn_ncnn.slice` keeps its command-line contract.
+
+Tolerance: max |sliced - original| <= 1e-4 * max |original| (DESIGN.md §5), in fp32 (fp16/bf16
+storage and arithmetic off). Slicing changes no arithmetic inside a slice, but stock NCNN picks its
+own convolution algorithm per layer from the layer's size: a narrow sub-conv may run Winograd
+F(4,3) or F(2,3) where the whole conv ran F(6,3), which rounds differently (measured ~1e-6 relative).
+Each model is also compared with Winograd off, where the sums are the same ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import numpy as np
+import pytest
+
+from model_helpers import BENCHMARK_DIR, BENCHMARK_INPUTS, needs_benchmarks, random_input, relative_error
+from helpers import assert_user_error, run_module
+from flexnn_ncnn import slice as slice_cli
+from flexnn_ncnn.cli import UserError, run_main
+from flexnn_ncnn.ncnn_model import (Graph, ModelBin, infer_shapes, parse_input_shape, read_bin, read_param)
+from flexnn_ncnn.ncnn_model.stock import run_stock
+from flexnn_ncnn.slicing import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, Target, slice_model
+from flexnn_ncnn.slicing.policy import SLICING_OF, slice_widths
+
+pytest.importorskip("ncnn")
+
+TOLERANCE = 1e-4
+HOST16 = Target("host", 16)
+
+
+def _prepare(param_path, bin_path, input_shape):
+    param = read_param(param_path)
+    graph = Graph.build(param)
+    inputs = {graph.inputs[0]: parse_input_shape(",".join(map(str, input_shape)))}
+    return param, read_bin(param, bin_path), graph, infer_shapes(param, graph, inputs, bin_path)
+
+
+def _budgets(min_budget: int, generous: int) -> list[int]:
+    """From the tightest the slicer accepts, through two in between, to one where nothing needs slicing."""
+    return [min_budget, min_budget * 5 // 4, min_budget * 3 // 2, generous]
+
+
+def _check_fits(result) -> None:
+    """Each decision's working set fits its limit, with the fewest slices / most tiles the rules give."""
+    by_name = {a.layer.name: a for a in result.analyses}
+    for d in result.decisions:
+        model = by_name[d.layer].model
+        assert d.after.total <= d.limit, d
+        assert d.slice_width == d.rows or d.slice_width % result.target.simd_width == 0, d
+        if d.slices > 1:  # fewest slices: the next wider SIMD-multiple width does not fit
+            widths = list(slice_widths(d.rows, result.target.simd_width))
+            wider = widths[widths.index(d.slice_width) - 1]
+            assert model.cost(d.kernel, wider, d.tiles).total > d.limit, d
+        if d.tiles > 1:  # input slicing only when the whole im2col does not fit, then all the tiles allowed
+            assert model.cost(d.kernel, d.rows, 1).total > d.limit, d
+            assert d.tiles == model.max_tiles(d.kernel, result.target.min_tile_pixels)
+        if d.kernel != d.fastest:  # a slower kernel only when every faster one fails even sliced
+            for k in model.kernels[:model.kernels.index(d.kernel)]:
+                options = [(w, 1) for w in slice_widths(d.rows, result.target.simd_width)] if SLICING_OF[k] == "weights" \
+                    else [(d.rows, model.max_tiles(k, result.target.min_tile_pixels))]
+                assert all(model.cost(k, w, t).total > d.limit for w, t in options), (d, k)
+
+
+def _compare_with_stock(files_param, files_bin, result, graph, feeds, tmp_path) -> float:
+    out_param, out_bin = tmp_path / "s.param", tmp_path / "s.bin"
+    out_param.write_text(result.param.format())
+    with open(out_bin, "wb") as f:
+        result.modelbin.write(f)
+    # the outputs, and the output of every sliced layer (its Concat keeps the original blob name)
+    original = read_param(files_param)
+    # an SSD's detections depend on thresholds: compare the boxes and scores DetectionOutput reads
+    outputs = [b for layer in graph.order if layer.type == "DetectionOutput" for b in layer.bottoms] or graph.outputs
+    blobs = list(dict.fromkeys(outputs + [original.layer(d.layer).tops[0] for d in result.sliced]))
+    worst = 0.0
+    for winograd in (True, False):
+        ref = run_stock(files_param, files_bin, feeds, blobs, winograd=winograd)
+        got = run_stock(out_param, out_bin, feeds, blobs, winograd=winograd)
+        worst = max([worst] + [relative_error(ref[b], got[b]) for b in blobs])
+    return worst
+
+
+@pytest.mark.parametrize("name", ["vgg19_fp16", "vgg19_fp32", "resnet50_fp16", "resnet50_fp32", "mlp_fp16",
+                                  "mlp_fp32", "vit_fp16", "vit_fp32"])
+def test_sliced_zoo_model_matches_stock_ncnn(name, zoo_exports, tmp_path):
+    files = zoo_exports[name]
+    param, modelbin, graph, shapes = _prepare(files.param, files.bin, files.input_shape)
+    feeds = {graph.inputs[0]: random_input(files.input_shape)}
+    generous = slice_model(param, modelbin, graph, shapes, 2**40, HOST16)
+    assert not generous.sliced  # nothing is cut when everything fits
+    for budget in _budgets(generous.min_budget, 2**40):
+        result = slice_model(param, modelbin, graph, shapes, budget, HOST16)
+        _check_fits(result)
+        if budget == generous.min_budget:
+            assert any(d.slices > 1 for d in result.decisions), "the tightest budget must weights-slice something"
+        assert _compare_with_stock(files.param, files.bin, result, graph, feeds, tmp_path) <= TOLERANCE
+        # the sliced model's own .bin parses against its .param
+        assert ModelBin.parse(result.param, result.modelbin.to_bytes()).nbytes == result.modelbin.nbytes
+
+
+SMALL_BENCHMARKS = sorted(set(BENCHMARK_INPUTS) - {"alexnet", "vgg16", "vision_transformer"})
+
+
+@needs_benchmarks
+@pytest.mark.parametrize("name", SMALL_BENCHMARKS)
+def test_sliced_benchmark_model_matches_stock_ncnn(name, bench_bins, tmp_path):
+    param_path = BENCHMARK_DIR / f"{name}.param"
+    param, modelbin, graph, shapes = _prepare(param_path, bench_bins[name], BENCHMARK_INPUTS[name])
+    feeds = {graph.inputs[0]: random_input(BENCHMARK_INPUTS[name])}
+    tightest = slice_model(param, modelbin, graph, shapes, 2**40, HOST16).min_budget
+    for budget in (tightest, tightest * 3 // 2):
+        result = slice_model(param, modelbin, graph, shapes, budget, HOST16)
+        _check_fits(result)
+        if name in ("squeezenet", "resnet18", "googlenet", "yolo-fastestv2") and budget == tightest:
+            assert result.sliced  # weights-dominated layers set these models' peaks
+        assert _compare_with_stock(param_path, bench_bins[name], result, graph, feeds, tmp_path) <= TOLERANCE
+
+
+@needs_benchmarks
+def test_sliced_alexnet_matches_stock_ncnn(scratch):
+    # 244 MB of weights, 92% of them in fc6/fc7: the FC weights-slicing case at full size
+    from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
+    param_path, bin_path = BENCHMARK_DIR / "alexnet.param", scratch / "alexnet.bin"
+    with open(bin_path, "wb") as f:
+        random_modelbin(read_param(param_path), seed=5).write(f)
+    param, modelbin, graph, shapes = _prepare(param_path, bin_path, BENCHMARK_INPUTS["alexnet"])
+    tightest = slice_model(param, modelbin, graph, shapes, 2**40, HOST16).min_budget
+    result = slice_model(param, modelbin, graph, shapes, tightest, HOST16)
+    _check_fits(result)
+    assert {"fc6", "fc7"} <= {d.layer for d in result.sliced}
+    feeds = {"data": random_input(BENCHMARK_INPUTS["alexnet"])}
+    assert _compare_with_stock(param_path, bin_path, result, graph, feeds, scratch) <= TOLERANCE
+
+
+def test_tightest_budget_is_the_smallest_accepted(zoo_exports):
+    files = zoo_exports["vgg19_fp32"]
+    param, modelbin, graph, shapes = _prepare(files.param, files.bin, files.input_shape)
+    tightest = slice_model(param, modelbin, graph, shapes, 2**40, HOST16).min_budget
+    assert slice_model(param, modelbin, graph, shapes, tightest, HOST16).min_budget == tightest
+    with pytest.raises(UserError, match="smallest feasible budget"):
+        slice_model(param, modelbin, graph, shapes, tightest - 1, HOST16)
+    # the planner's reserve tightens every limit: the same budget then slices differently, still fitting
+    loose = slice_model(param, modelbin, graph, shapes, 2 * tightest, HOST16)
+    tight = slice_model(param, modelbin, graph, shapes, 2 * tightest, HOST16, reserve=tightest // 2)
+    _check_fits(tight)
+    assert all(d.limit == e.limit - tightest // 2 for d, e in zip(tight.decisions, loose.decisions))
+    assert [(d.kernel, d.slices, d.tiles) for d in tight.decisions] != \
+        [(d.kernel, d.slices, d.tiles) for d in loose.decisions]
+
+
+def test_fp16_slices_carry_the_original_bytes(zoo_exports):
+    files = zoo_exports["mlp_fp16"]
+    param, modelbin, graph, shapes = _prepare(files.param, files.bin, files.input_shape)
+    tightest = slice_model(param, modelbin, graph, shapes, 2**40, HOST16).min_budget
+    result = slice_model(param, modelbin, graph, shapes, tightest, HOST16)
+    d = next(d for d in result.decisions if d.slices > 1)
+    original = modelbin[d.layer].record("weight")
+    parts = [result.modelbin[s].record("weight") for s in d.sublayers]
+    assert all(p.tag == original.tag and p.storage == "fp16" for p in parts)
+    assert np.array_equal(np.concatenate([p.elements() for p in parts]).view(np.uint16),
+                          original.elements().view(np.uint16))
+    assert [result.param.layer(s).params.get_int(0, 0) for s in d.sublayers] == \
+        [min(d.slice_width, d.rows - i * d.slice_width) for i in range(d.slices)]
+
+
+MATRIX_NET = """7767517
+3 3
+Input            in     0 1 x 0=8 1=4
+Gemm             gemm   1 1 x g 2=0 3=0 4=0 5=1 6=1 7=4 8=48 9=8 10=3
+InnerProduct     ip     1 1 g y 0=40 1=1 2=1920
+"""
+
+
+@pytest.mark.parametrize("storage", ["fp32", "fp16"])
+def test_untransposed_gemm_and_2d_innerproduct_slices_match_stock_ncnn(storage, tmp_path):
+    # Gemm with B stored K x N (transB=0) and a per-element C (broadcast 3) is cut by columns; an
+    # InnerProduct on a 2-D input by rows, its output rows joined on the last axis
+    from flexnn_ncnn.analysis import Cost
+    from flexnn_ncnn.ncnn_model import NcnnParam
+    from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
+    from flexnn_ncnn.slicing.policy import LayerDecision
+    from flexnn_ncnn.slicing.rewrite import apply
+    param = NcnnParam.parse(MATRIX_NET)
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {"x": parse_input_shape("4,8")})
+    modelbin = random_modelbin(param, seed=2, storage=storage)
+    zero = Cost(0, 0)
+    decisions = {"gemm": LayerDecision("gemm", "Gemm", "gemm", "gemm", 48, 16, 1, 0, zero, zero, "test"),
+                 "ip": LayerDecision("ip", "InnerProduct", "gemm", "gemm", 40, 16, 1, 0, zero, zero, "test")}
+    sliced, sliced_bin, done = apply(param, modelbin, decisions, shapes)
+    assert [len(done[n].sublayers) for n in ("gemm", "ip")] == [3, 3]
+    for name, files in (("a", (param, modelbin)), ("b", (sliced, sliced_bin))):
+        (tmp_path / f"{name}.param").write_text(files[0].format())
+        (tmp_path / f"{name}.bin").write_bytes(files[1].to_bytes())
+    feeds = {"x": random_input((1, 4, 8))}
+    ref = run_stock(tmp_path / "a.param", tmp_path / "a.bin", feeds, ["g", "y"])
+    got = run_stock(tmp_path / "b.param", tmp_path / "b.bin", feeds, ["g", "y"])
+    assert ref["y"].shape == (4, 40)
+    assert all(relative_error(ref[b], got[b]) <= TOLERANCE for b in ("g", "y"))
+
+
+def test_slice_widths_are_simd_multiples():
+    assert list(slice_widths(100, 16)) == [100, 64, 48, 32, 16]
+    assert list(slice_widths(4096, 8))[:4] == [4096, 2048, 1368, 1024]
+    assert all(w % 8 == 0 for w in list(slice_widths(4096, 8))[1:])
+    assert list(slice_widths(6, 8)) == [6]
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_cli_writes_sliced_model_json_and_summary(zoo_exports, tmp_path, capsys):
+    files = zoo_exports["vgg19_fp16"]
+    before = (_sha(files.param), _sha(files.bin))
+    outdir = tmp_path / "out"
+    args = [str(files.param), "--input-shape", "1,3,32,32", "--target", "android-arm64", "-o", str(outdir)]
+    assert run_main(slice_cli.main, args + ["--budget", "1GB"]) == 0
+    tightest = json.loads((outdir / "vgg19_fp16.flexnn.slicing.json").read_text())["min_budget"]
+    assert run_main(slice_cli.main, args + ["--budget", str(tightest)]) == 0
+    captured = capsys.readouterr()
+    assert f"budget: {tightest:,} B" in captured.out and "weights sliced" in captured.out
+    assert "slicing: 100%" in captured.err  # the progress bar over layers
+    assert sorted(p.name for p in outdir.iterdir()) == [
+        "vgg19_fp16.flexnn.bin", "vgg19_fp16.flexnn.param", "vgg19_fp16.flexnn.slicing.json"]
+    assert (_sha(files.param), _sha(files.bin)) == before  # inputs untouched
+    plan = json.loads((outdir / "vgg19_fp16.flexnn.slicing.json").read_text())
+    assert plan["schema"] == "flexnn-slicing/1" and plan["budget"] == tightest
+    assert plan["target"] == {"name": "android-arm64", "simd_width": 8}
+    assert plan["inputs"] == {"in0": [32, 32, 3]}
+    assert plan["param_ids"] == {"kernel": KERNEL_PARAM_ID, "tiles": TILES_PARAM_ID, "kernel_codes": KERNEL_CODES}
+    sliced = read_param(outdir / "vgg19_fp16.flexnn.param")
+    for entry in plan["layers"]:
+        assert entry["after"]["weights"] + entry["after"]["intermediates"] <= entry["limit"]
+        assert entry["slices"] == len(entry["sublayers"]) == math.ceil(entry["rows"] / entry["slice_width"])
+        for sub in entry["sublayers"]:  # the runtime reads the kernel and tiles from each conv
+            layer = sliced.layer(sub)
+            if layer.type == "Convolution":
+                assert layer.params.get_int(KERNEL_PARAM_ID, 0) == KERNEL_CODES[entry["kernel"]]
+                assert layer.params.get_int(TILES_PARAM_ID, 0) == entry["tiles"]
+            if entry["slices"] > 1:
+                assert layer.params.get_int(0, 0) % 8 == 0 or layer.params.get_int(0, 0) < 8
+    read_bin(sliced, outdir / "vgg19_fp16.flexnn.bin")  # the .bin matches the .param
+
+
+def test_cli_output_is_replaced_atomically(zoo_exports, tmp_path, monkeypatch, capsys):
+    files = zoo_exports["mlp_fp32"]
+    outdir = tmp_path / "out"
+    args = [str(files.param), "--budget", "1GB", "--input-shape", "1,64", "-o", str(outdir)]
+    assert run_main(slice_cli.main, args) == 0
+    args[2] = "200kB"  # a second run that would slice, failing while it writes
+    old = {p.name: p.read_bytes() for p in outdir.iterdir()}
+
+    def fail_midway(self, f):
+        f.write(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ModelBin, "write", fail_midway)
+    assert run_main(slice_cli.main, args) == 2
+    assert "error: cannot write to" in capsys.readouterr().err
+    # neither the .bin nor its .param changed, and no temporary file is left
+    assert {p.name: p.read_bytes() for p in outdir.iterdir()} == old
+
+
+@pytest.fixture
+def small_model(tmp_path, zoo_exports):
+    files = zoo_exports["mlp_fp32"]
+    param, bin_ = tmp_path / "m.param", tmp_path / "m.bin"
+    param.write_bytes(files.param.read_bytes())
+    bin_.write_bytes(files.bin.read_bytes())
+    return param, bin_
+
+
+def _edit(path, old: str, new: str) -> None:
+    path.write_text(path.read_text().replace(old, new, 1))
+
+
+@pytest.mark.parametrize("case, message", [
+    ("truncated bin", "truncated at layer"),
+    ("wrong magic", "magic 7767517"),
+    ("counts disagree", "header says 5 layers"),
+    ("unknown weighted layer", "unknown layer type 'FancyProduct'"),
+    ("budget 0", "must be more than 0 bytes"),
+    ("budget too small", "smallest feasible budget"),
+    ("missing bin", "no such file"),
+    ("bad input shape", "input shape"),
+])
+def test_cli_user_errors_exit_2_with_one_line(case, message, small_model, tmp_path):
+    param, bin_ = small_model
+    budget = "1GB"
+    if case == "truncated bin":
+        bin_.write_bytes(bin_.read_bytes()[:-1])
+    elif case == "wrong magic":
+        _edit(param, "7767517", "7767518")
+    elif case == "counts disagree":
+        _edit(param, "4 4", "5 4")
+    elif case == "unknown weighted layer":
+        _edit(param, "InnerProduct", "FancyProduct")
+    elif case == "budget 0":
+        budget = "0"
+    elif case == "budget too small":
+        budget = "1kB"
+    elif case == "missing bin":
+        bin_.unlink()
+    shape = "1,three,3" if case == "bad input shape" else "1,64"
+    proc = run_module("slice", str(param), "--budget", budget, "--input-shape", shape, "-o", str(tmp_path / "out"))
+    assert_user_error(proc, message)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
