@@ -145,18 +145,26 @@ def _run_logged(command: list[str], log_path: Path, title: str) -> None:
             raise UserError(f"{title}: `{command[0]}` failed (exit {proc.returncode}); full output in {log_path}")
 
 
+def _configure_stamp(command: list[str]) -> str:
+    """What a configure depends on: its command and the content of the toolchain file it names."""
+    toolchains = [a.split("=", 1)[1] for a in command if a.startswith("-DCMAKE_TOOLCHAIN_FILE=")]
+    return json.dumps({"command": command, "toolchain": [Path(t).read_text() for t in toolchains]})
+
+
 def run_step(step: Step) -> None:
-    """Configure when the arguments changed since the last configure (or never ran), then build."""
-    stamp = step.build_dir / ".flexnn-configure.json"
+    """Configure afresh when the command or its toolchain file changed (or it never ran), then build."""
+    stamp_path = step.build_dir / ".flexnn-configure.json"
     configure = step.configure_command()
+    stamp = _configure_stamp(configure)
     try:
-        configured = json.loads(stamp.read_text()) == configure and (step.build_dir / "build.ninja").exists()
-    except (OSError, ValueError):
+        configured = stamp_path.read_text() == stamp and (step.build_dir / "build.ninja").exists()
+    except OSError:
         configured = False
     log_path = step.build_dir.parent / f"{step.build_dir.name}.log"
     if not configured:
-        _run_logged(configure, log_path, f"configure {step.title}")
-        stamp.write_text(json.dumps(configure))
+        # --fresh drops cached results (found libraries, compiler checks) a changed toolchain may change
+        _run_logged([*configure, "--fresh"], log_path, f"configure {step.title}")
+        stamp_path.write_text(stamp)
     _run_logged(step.build_command(), log_path, f"build {step.title}")
 
 
