@@ -121,10 +121,20 @@ def plan_steps(target: Target, build_root: Path, series_id: str, ncnn_version: s
     return [ncnn, native]
 
 
+def compiler_cache_env() -> dict[str, str]:
+    """Use ccache when installed: a first configure picks the launcher up from the environment (so
+    it is no build input), and paths below the checkout are hashed relative to it, so a rebuild in
+    a fresh clone reuses the objects of an earlier one."""
+    if shutil.which("ccache") is None:
+        return {}
+    return {"CMAKE_C_COMPILER_LAUNCHER": "ccache", "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
+            "CCACHE_BASEDIR": str(REPO_ROOT), "CCACHE_NOHASHDIR": "1"}
+
+
 def _run_logged(command: list[str], log_path: Path, title: str) -> None:
     """Run `command`, its output to `log_path`; Ninja's `[done/total]` status drives a progress bar."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "NINJA_STATUS": "[%f/%t] "}
+    env = {**os.environ, "NINJA_STATUS": "[%f/%t] ", **compiler_cache_env()}
     status = re.compile(r"^\[(\d+)/(\d+)\] ")
     with open(log_path, "a") as out, tqdm(desc=title, unit="step", disable=None, leave=False) as bar:
         out.write("$ " + shlex.join(command) + "\n")

@@ -18,7 +18,7 @@ apt_install() {
 }
 
 # CMake: Debian's 3.25 configures the pinned NCNN (it declares cmake_minimum_required 2.8.12...3.10).
-apt_install cmake ninja-build git g++ "$@"
+apt_install cmake ninja-build ccache git g++ "$@"
 echo "==> pip install -e .[models]"
 "$PYTHON" -m pip install -q -e ".[models]"
 "$PYTHON" -m flexnn_ncnn.build --target host
