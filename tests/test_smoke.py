@@ -16,6 +16,7 @@ import pytest
 
 import smoke_model
 from flexnn_ncnn import native
+from flexnn_ncnn.cli import UserError
 from helpers import built
 
 RTOL = 1e-5
@@ -98,3 +99,15 @@ def test_cpp_program_reports_a_missing_model_in_one_line(tmp_path: Path) -> None
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [f"error: cannot open {tmp_path / 'none.param'}"]
     assert not (tmp_path / "out.npy").exists()
+
+
+def test_module_from_another_patch_series_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    series = native.patches.read_series()
+    edited = [native.patches.Patch(p.name, p.data + b"\n") for p in series]
+    monkeypatch.setattr(native.patches, "read_series", lambda: edited)
+    native.load.cache_clear()
+    try:
+        with pytest.raises(UserError, match="patch_series_id .*python -m flexnn_ncnn.build --target host"):
+            native.load()
+    finally:
+        native.load.cache_clear()
