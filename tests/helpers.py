@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
+from flexnn_ncnn.ncnn_model.stock import run_stock
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_ROOT = REPO_ROOT / "build"
 
@@ -32,3 +36,16 @@ def built(target: str, *parts: str) -> Path:
     path = BUILD_ROOT.joinpath(target, *parts)
     assert path.exists(), f"{path} is missing: run `python -m flexnn_ncnn.build --target {target}` first"
     return path
+
+
+def stock_output(param: Path, bin_: Path, x: np.ndarray, blob_in: str = "data", blob_out: str = "output") -> np.ndarray:
+    """The oracle: stock NCNN (the `ncnn` wheel) with its default options."""
+    return run_stock(param, bin_, {blob_in: x}, [blob_out], fp32=False)[blob_out]
+
+
+def assert_close(got: np.ndarray, ref: np.ndarray, rtol: float) -> None:
+    """Finite, same shape, and max abs difference within rtol x max|ref|."""
+    assert got.shape == ref.shape
+    assert np.all(np.isfinite(got))
+    err = float(np.max(np.abs(got - ref)))
+    assert err <= rtol * float(np.max(np.abs(ref))), f"max abs diff {err} vs max|ref| {np.max(np.abs(ref))}"

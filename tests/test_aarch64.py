@@ -14,7 +14,8 @@ import pytest
 
 import smoke_model
 from helpers import built
-from test_smoke import assert_close, run_smoke_program, stock_output
+from helpers import stock_output
+from test_smoke import assert_close, run_smoke_program
 
 PT_INTERP = 3
 QEMU = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]

@@ -10,34 +10,20 @@ import json
 import subprocess
 from pathlib import Path
 
-import ncnn
 import numpy as np
 import pytest
 
 import smoke_model
 from flexnn_ncnn import native
 from flexnn_ncnn.cli import UserError
-from helpers import built
+import helpers
+from helpers import built, stock_output
 
 RTOL = 1e-5
 
 
-def stock_output(param: Path, bin_: Path, x: np.ndarray) -> np.ndarray:
-    net = ncnn.Net()
-    net.opt.num_threads = 1
-    assert net.load_param(str(param)) == 0 and net.load_model(str(bin_)) == 0
-    ex = net.create_extractor()
-    ex.input("data", ncnn.Mat(x))
-    ret, out = ex.extract("output")
-    assert ret == 0
-    return np.array(out)
-
-
 def assert_close(got: np.ndarray, ref: np.ndarray, rtol: float = RTOL) -> None:
-    assert got.shape == ref.shape
-    assert np.all(np.isfinite(got))
-    err = float(np.max(np.abs(got - ref)))
-    assert err <= rtol * float(np.max(np.abs(ref))), f"max abs diff {err} vs max|ref| {np.max(np.abs(ref))}"
+    helpers.assert_close(got, ref, rtol)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,3 @@ set(CMAKE_FIND_ROOT_PATH_MODE_LIBRARY ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 # ncnn's own install prefix lives outside the sysroot
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE BOTH)
-
-# Device binaries link statically (-static): resolve libraries (libgomp for OpenMP) to archives.
-set(CMAKE_FIND_LIBRARY_SUFFIXES .a)

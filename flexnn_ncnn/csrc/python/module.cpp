@@ -1,6 +1,8 @@
 // flexnn_ncnn._native: the runtime library, as Python sees it. Inputs and outputs are float32
 // numpy arrays in NCNN's shape convention (see runtime/tensor.h); errors raise RuntimeError.
 #include "runtime/build_info.h"
+#include "runtime/executor.h"
+#include "runtime/profiler.h"
 #include "runtime/stock_run.h"
 #include "runtime/tensor.h"
 
@@ -76,6 +78,236 @@ py::tuple run_stock(const std::string& param, const std::string& bin, const std:
     return py::make_tuple(out, stats);
 }
 
+// A profile or plan travels as the columns flexnn_ncnn._planner uses (see planner/bind_planner.cpp).
+using TensorTuple = std::tuple<int, int, int, uint64_t, int, int>;
+using LayerTuple = std::tuple<double, double>;
+
+flexnn::RuntimeOptions runtime_options(int threads, bool packing, bool winograd, bool sgemm, bool fp16, const std::string& loader,
+                                       bool drop_page_cache)
+{
+    flexnn::RuntimeOptions o;
+    o.num_threads = threads;
+    o.use_packing_layout = packing;
+    o.use_winograd = winograd;
+    o.use_sgemm = sgemm;
+    o.use_fp16 = fp16;
+    o.drop_page_cache = drop_page_cache;
+    if (loader == "any")
+        o.loader_cores = flexnn::LoaderCores::Any;
+    else if (loader == "little")
+        o.loader_cores = flexnn::LoaderCores::Little;
+    else if (loader == "big")
+        o.loader_cores = flexnn::LoaderCores::Big;
+    else
+        throw std::invalid_argument("loader cores must be any, little or big, not '" + loader + "'");
+    return o;
+}
+
+flexnn::NamedMats named_mats(const py::dict& arrays)
+{
+    flexnn::NamedMats mats;
+    for (const auto& kv : arrays)
+        mats.emplace_back(kv.first.cast<std::string>(), to_mat(kv.second.cast<FloatArray>()));
+    return mats;
+}
+
+py::dict arrays(const flexnn::NamedMats& mats)
+{
+    py::dict out;
+    for (const auto& kv : mats)
+        out[py::str(kv.first)] = to_array(kv.second);
+    return out;
+}
+
+py::dict schedule_dict(const flexnn::LayerSchedule& s)
+{
+    std::vector<std::pair<uint64_t, uint64_t> > ranges;
+    for (const auto& r : s.ranges)
+        ranges.emplace_back(r.begin, r.end);
+    py::dict d;
+    d["inputs"] = s.inputs;
+    d["outputs"] = s.outputs;
+    d["order"] = s.order;
+    d["ranges"] = ranges;
+    d["flags"] = s.flags;
+    return d;
+}
+
+flexnn::LayerSchedule schedule_from(const py::dict& d)
+{
+    flexnn::LayerSchedule s;
+    s.inputs = d["inputs"].cast<std::vector<std::string> >();
+    s.outputs = d["outputs"].cast<std::vector<std::string> >();
+    s.order = d["order"].cast<std::vector<int> >();
+    for (const auto& r : d["ranges"].cast<std::vector<std::pair<uint64_t, uint64_t> > >())
+        s.ranges.push_back({r.first, r.second});
+    s.flags = d["flags"].cast<std::vector<uint32_t> >();
+    return s;
+}
+
+py::tuple profile_columns(const flexnn::Profile& p)
+{
+    std::vector<TensorTuple> tensors;
+    for (const auto& t : p.tensors)
+        tensors.emplace_back(t.layer, (int)t.role, t.ordinal, t.size, t.first_use, t.last_use);
+    std::vector<LayerTuple> layers;
+    for (const auto& l : p.layers)
+        layers.emplace_back(l.load_us, l.compute_us);
+    return py::make_tuple(tensors, layers);
+}
+
+flexnn::Profile profile_from(const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers)
+{
+    flexnn::Profile p;
+    for (const auto& t : tensors)
+    {
+        const int role = std::get<1>(t);
+        if (role < 0 || role > 2)
+            throw std::invalid_argument("profile: unknown role " + std::to_string(role));
+        p.tensors.push_back({std::get<0>(t), (flexnn::Role)role, std::get<2>(t), std::get<3>(t), std::get<4>(t), std::get<5>(t)});
+    }
+    for (const auto& l : layers)
+        p.layers.push_back({std::get<0>(l), std::get<1>(l)});
+    return p;
+}
+
+flexnn::Algorithm algorithm_from(const std::string& name)
+{
+    if (name == "flexnn")
+        return flexnn::Algorithm::FlexNN;
+    if (name == "algorithm1")
+        return flexnn::Algorithm::Algorithm1;
+    throw std::invalid_argument("unknown planning algorithm '" + name + "'");
+}
+
+flexnn::Plan plan_from(const py::dict& d)
+{
+    flexnn::Plan plan;
+    plan.algorithm = algorithm_from(d["algorithm"].cast<std::string>());
+    plan.budget = d["budget"].cast<uint64_t>();
+    plan.alignment = d["alignment"].cast<uint64_t>();
+    plan.arena_bytes = d["arena_bytes"].cast<uint64_t>();
+    plan.lower_bound = d["lower_bound"].cast<uint64_t>();
+    const auto offsets = d["offsets"].cast<std::vector<uint64_t> >();
+    const auto load_after = d["load_after"].cast<std::vector<int> >();
+    const auto pinned = d["pinned"].cast<std::vector<bool> >();
+    if (load_after.size() != offsets.size() || pinned.size() != offsets.size())
+        throw std::invalid_argument("plan columns offsets, load_after and pinned differ in length");
+    for (size_t i = 0; i < offsets.size(); i++)
+        plan.tensors.push_back({offsets[i], load_after[i], static_cast<bool>(pinned[i])});
+    for (const auto& dep : d["dependencies"].cast<std::vector<std::pair<int, int> > >())
+        plan.dependencies.push_back({dep.first, dep.second});
+    return plan;
+}
+
+py::dict plan_columns(const flexnn::Plan& plan)
+{
+    std::vector<uint64_t> offsets;
+    std::vector<int> load_after;
+    std::vector<bool> pinned;
+    for (const auto& p : plan.tensors)
+    {
+        offsets.push_back(p.offset);
+        load_after.push_back(p.load_after);
+        pinned.push_back(p.pinned);
+    }
+    std::vector<std::pair<int, int> > dependencies;
+    for (const auto& d : plan.dependencies)
+        dependencies.emplace_back(d.comp, d.load);
+    py::dict d;
+    d["algorithm"] = flexnn::algorithm_name(plan.algorithm);
+    d["budget"] = plan.budget;
+    d["alignment"] = plan.alignment;
+    d["arena_bytes"] = plan.arena_bytes;
+    d["lower_bound"] = plan.lower_bound;
+    d["offsets"] = offsets;
+    d["load_after"] = load_after;
+    d["pinned"] = pinned;
+    d["dependencies"] = dependencies;
+    return d;
+}
+
+py::dict prepare(const std::string& param, const std::string& bin, const py::dict& inputs, const std::vector<std::string>& outputs,
+                 int threads, bool packing, bool winograd, bool sgemm, bool fp16)
+{
+    const flexnn::NamedMats mats = named_mats(inputs);
+    const flexnn::RuntimeOptions options = runtime_options(threads, packing, winograd, sgemm, fp16, "any", false);
+    flexnn::PrepareResult result;
+    {
+        py::gil_scoped_release unlocked;
+        check(flexnn::prepare(param, bin, mats, outputs, options, result));
+    }
+    py::dict d;
+    d["schedule"] = schedule_dict(result.schedule);
+    d["profile"] = profile_columns(result.profile);
+    d["outputs"] = arrays(result.outputs);
+    d["outside_bytes"] = result.outside_bytes;
+    return d;
+}
+
+// The executor as Python holds it: every call releases the GIL while native code runs.
+class PyExecutor
+{
+public:
+    PyExecutor(const std::string& param, const std::string& bin, const py::dict& schedule, const std::vector<TensorTuple>& tensors,
+               const std::vector<LayerTuple>& layers, int threads, bool packing, bool winograd, bool sgemm, bool fp16,
+               const std::string& loader, bool drop_page_cache)
+    {
+        const flexnn::RuntimeOptions options = runtime_options(threads, packing, winograd, sgemm, fp16, loader, drop_page_cache);
+        flexnn::LayerSchedule s = schedule_from(schedule);
+        flexnn::Profile p = profile_from(tensors, layers);
+        py::gil_scoped_release unlocked;
+        check(flexnn::Executor::create(param, bin, options, std::move(s), std::move(p), executor_));
+    }
+    void set_plan(const py::dict& columns)
+    {
+        const flexnn::Plan plan = plan_from(columns);
+        py::gil_scoped_release unlocked;
+        check(executor_->set_plan(plan));
+    }
+    void set_budget(uint64_t budget, const std::string& algorithm, uint64_t alignment)
+    {
+        const flexnn::PlannerOptions options{algorithm_from(algorithm), alignment};
+        py::gil_scoped_release unlocked;
+        check(executor_->set_budget(budget, options));
+    }
+    py::tuple run(const py::dict& inputs)
+    {
+        flexnn::NamedMats mats;
+        for (const std::string& name : executor_->schedule().inputs)
+        {
+            if (!inputs.contains(name))
+                throw std::invalid_argument("missing input '" + name + "'");
+            mats.emplace_back(name, to_mat(inputs[py::str(name)].cast<FloatArray>()));
+        }
+        if (inputs.size() != mats.size())
+            throw std::invalid_argument("the model takes inputs " + py::str(py::cast(executor_->schedule().inputs)).cast<std::string>());
+        flexnn::NamedMats outputs;
+        flexnn::RunStats stats;
+        {
+            py::gil_scoped_release unlocked;
+            check(executor_->run(mats, outputs, stats));
+        }
+        py::dict s;
+        s["latency_us"] = stats.latency_us;
+        s["load_wait_us"] = stats.load_wait_us;
+        s["outside_peak_bytes"] = stats.outside_peak_bytes;
+        s["outside_allocations"] = stats.outside_allocations;
+        return py::make_tuple(arrays(outputs), s);
+    }
+    py::dict plan() const
+    {
+        return plan_columns(executor_->plan());
+    }
+    uint64_t arena_bytes() const
+    {
+        return executor_->arena_bytes();
+    }
+
+private:
+    std::unique_ptr<flexnn::Executor> executor_;
+};
+
 } // namespace
 
 PYBIND11_MODULE(_native, m)
@@ -97,4 +329,21 @@ PYBIND11_MODULE(_native, m)
           py::arg("count_weights") = false,
           "One inference with the patched NCNN's own Net. Returns ({output: array}, stats); with "
           "count_weights, weights and their transformed copies are routed through a counting allocator.");
+
+    m.def("prepare", &prepare, py::arg("param"), py::arg("bin"), py::arg("inputs"), py::arg("outputs"), py::arg("threads") = 1,
+          py::arg("packing") = true, py::arg("winograd") = true, py::arg("sgemm") = true, py::arg("fp16") = true,
+          "Prepare a model on this machine: {schedule, profile: (tensors, layers), outputs, outside_bytes}.");
+
+    py::class_<PyExecutor>(m, "Executor", "A prepared model run under a plan (runtime/executor.h).")
+        .def(py::init<const std::string&, const std::string&, const py::dict&, const std::vector<TensorTuple>&,
+                      const std::vector<LayerTuple>&, int, bool, bool, bool, bool, const std::string&, bool>(),
+             py::arg("param"), py::arg("bin"), py::arg("schedule"), py::arg("tensors"), py::arg("layers"), py::arg("threads") = 1,
+             py::arg("packing") = true, py::arg("winograd") = true, py::arg("sgemm") = true, py::arg("fp16") = true,
+             py::arg("loader") = "any", py::arg("drop_page_cache") = false)
+        .def("set_plan", &PyExecutor::set_plan, py::arg("plan"), "check the plan (planner columns) and move to its arena")
+        .def("set_budget", &PyExecutor::set_budget, py::arg("budget"), py::arg("algorithm") = "flexnn", py::arg("alignment") = 64,
+             "re-plan the stored profile for this arena size and move to it")
+        .def("run", &PyExecutor::run, py::arg("inputs"), "one inference: ({output: array}, stats)")
+        .def("plan", &PyExecutor::plan)
+        .def("arena_bytes", &PyExecutor::arena_bytes);
 }

@@ -1,0 +1,62 @@
+#ifndef FLEXNN_ARENA_ALLOCATOR_H
+#define FLEXNN_ARENA_ALLOCATOR_H
+
+#include "planner/profile.h"
+#include "runtime/counting_allocator.h"
+#include "runtime/failure.h"
+#include "runtime/step_clock.h"
+
+#include <allocator.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace flexnn {
+
+// Where the plan puts one buffer, and how many bytes prepare saw requested for it.
+struct PlannedBuffer
+{
+    uint64_t offset;
+    uint64_t size;
+};
+
+// The buffers of one role, by step then by ordinal within (step, role).
+using PlannedBuffers = std::vector<std::vector<PlannedBuffer> >;
+
+// One role's view of the arena: serves each request at its planned offset. A request is identified
+// structurally: the clock's step, this role, and its ordinal among this role's requests of that
+// step (counted per step, never across threads). A request the plan does not have, or larger than
+// planned, fails the inference (recorded in `failure`) and is served from `outside` so nothing is
+// written over another buffer. Requests from any thread but the owner (an OpenMP worker inside a
+// layer) cannot be ordered: they are served and counted by `outside`.
+// Releasing an arena buffer does nothing: its bytes belong to the plan.
+class ArenaAllocator : public ncnn::Allocator
+{
+public:
+    ArenaAllocator(Role role, const StepClock& clock, Failure& failure, CountingAllocator& outside);
+    void* fastMalloc(size_t size) override;
+    void fastFree(void* ptr) override;
+
+    // serve `buffers` out of `base` from now on; step_names[step] names the step in messages
+    void bind(unsigned char* base, PlannedBuffers buffers, const std::vector<std::string>* step_names);
+    // ordinals start again from 0 at every step; requests are served to `owner` only
+    void begin_inference(std::thread::id owner);
+
+private:
+    const Role role_;
+    const StepClock& clock_;
+    Failure& failure_;
+    CountingAllocator& outside_;
+    std::atomic<std::thread::id> owner_;
+
+    unsigned char* base_ = nullptr;
+    PlannedBuffers buffers_;
+    const std::vector<std::string>* step_names_ = nullptr;
+    std::vector<int> next_ordinal_; // per step, touched by the owner only
+};
+
+} // namespace flexnn
+
+#endif // FLEXNN_ARENA_ALLOCATOR_H

@@ -1,0 +1,349 @@
+#include "runtime/executor.h"
+
+#include "planner/check_plan.h"
+#include "runtime/thread_allocator_scope.h"
+#include "runtime/weight_reader.h"
+
+#include <allocator.h>
+#include <cpu.h>
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+namespace flexnn {
+
+namespace {
+
+double now_us()
+{
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void free_arena(unsigned char* p)
+{
+    ncnn::fastFree(p);
+}
+
+} // namespace
+
+Executor::Executor(const RuntimeOptions& options, LayerSchedule schedule, Profile profile)
+    : options_(options), schedule_(std::move(schedule)), profile_(std::move(profile)),
+      weights_(Role::Weight, load_clock_, failure_, outside_),
+      blobs_(Role::Activation, compute_clock_, failure_, outside_),
+      workspace_(Role::Intermediate, compute_clock_, failure_, outside_),
+      arena_(nullptr, free_arena)
+{
+}
+
+Executor::~Executor()
+{
+    model_.reset(); // before the arena and the allocators
+}
+
+Status Executor::create(const std::string& param_path, const std::string& bin_path, const RuntimeOptions& options,
+                        LayerSchedule schedule, Profile profile, std::unique_ptr<Executor>& out)
+{
+    Status s = validate_profile(profile);
+    if (!s.ok())
+        return s;
+    if ((int)profile.layers.size() != schedule.step_count())
+        return Status::error("profile has " + std::to_string(profile.layers.size()) + " steps, the schedule "
+                             + std::to_string(schedule.step_count()));
+    std::unique_ptr<Executor> e(new Executor(options, std::move(schedule), std::move(profile)));
+    e->model_.reset(new Model);
+    s = e->model_->open(param_path, bin_path, options.ncnn_option(), e.get());
+    if (!s.ok())
+        return s;
+    s = e->schedule_.validate(*e->model_);
+    if (!s.ok())
+        return s;
+    for (int layer = 0; layer < e->model_->layer_count(); layer++)
+        if (PlannedLayer* planned = e->model_->planned(layer))
+            planned->set_flags(e->schedule_.flags[layer]);
+    e->step_names_ = e->schedule_.step_names(*e->model_);
+    e->load_opt_ = e->model_->options();
+    e->load_opt_.blob_allocator = nullptr; // all a layer builds lands in the weights allocator
+    e->load_opt_.workspace_allocator = nullptr;
+    out = std::move(e);
+    return Status();
+}
+
+uint64_t Executor::arena_bytes() const
+{
+    return arena_ ? plan_.arena_bytes + NCNN_MALLOC_OVERREAD : 0;
+}
+
+Status Executor::set_budget(uint64_t budget, const PlannerOptions& options)
+{
+    PlanResult result = make_plan(profile_, budget, options);
+    if (!result.status.ok())
+    {
+        std::string message = result.status.message();
+        if (result.min_feasible_budget)
+            message += " (the smallest feasible budget is " + std::to_string(result.min_feasible_budget) + " B)";
+        return Status::error(message);
+    }
+    return set_plan(result.plan);
+}
+
+Status Executor::set_plan(const Plan& plan)
+{
+    std::lock_guard<std::mutex> turn(turn_);
+    Status s = check_plan(profile_, plan);
+    if (!s.ok())
+        return Status::error("plan: " + s.message());
+    if (plan.alignment == 0 || plan.alignment % NCNN_MALLOC_ALIGN != 0)
+        return Status::error("plan: alignment " + std::to_string(plan.alignment) + " is not a multiple of NCNN's "
+                             + std::to_string(NCNN_MALLOC_ALIGN));
+
+    // where each (role, step, ordinal) goes; ordinals must be dense, as the allocators count them
+    const int steps = schedule_.step_count();
+    std::vector<PlannedBuffers> buffers(3, PlannedBuffers(steps));
+    std::vector<int> weight_count(steps, 0), pinned_count(steps, 0);
+    for (size_t k = 0; k < profile_.tensors.size(); k++)
+    {
+        const TensorUse& t = profile_.tensors[k];
+        std::vector<PlannedBuffer>& slots = buffers[(int)t.role][t.layer];
+        if ((int)slots.size() <= t.ordinal)
+            slots.resize(t.ordinal + 1, PlannedBuffer{0, 0});
+        slots[t.ordinal] = {plan.tensors[k].offset, t.size};
+        if (t.role == Role::Weight)
+        {
+            weight_count[t.layer]++;
+            pinned_count[t.layer] += plan.tensors[k].pinned ? 1 : 0;
+        }
+    }
+    for (int role = 0; role < 3; role++)
+        for (int step = 0; step < steps; step++)
+            for (const PlannedBuffer& b : buffers[role][step])
+                if (b.size == 0)
+                    return Status::error("profile: " + step_names_[step] + " has a gap in its " + role_name((Role)role) + " ordinals");
+    std::vector<bool> resident(steps, false);
+    std::vector<int> wait_for(steps, -1);
+    for (int step = 1; step < schedule_.output_step(); step++)
+    {
+        if (pinned_count[step] != 0 && pinned_count[step] != weight_count[step])
+            return Status::error("plan: " + step_names_[step] + " has some weights pinned and some not");
+        resident[step] = pinned_count[step] == weight_count[step];
+    }
+    for (const Dependency& d : plan.dependencies)
+    {
+        if (d.load >= schedule_.output_step())
+            return Status::error("plan: a dependency loads step " + std::to_string(d.load) + ", past the last layer");
+        wait_for[d.load] = std::max(wait_for[d.load], d.comp);
+    }
+
+    // between inferences: nothing is computing or loading
+    release_arena();
+    arena_.reset(static_cast<unsigned char*>(ncnn::fastMalloc(plan.arena_bytes)));
+    if (!arena_)
+        return Status::error("cannot allocate an arena of " + std::to_string(plan.arena_bytes) + " B");
+    plan_ = plan;
+    resident_ = resident;
+    wait_for_ = wait_for;
+    weights_.bind(arena_.get(), buffers[(int)Role::Weight], &step_names_);
+    blobs_.bind(arena_.get(), buffers[(int)Role::Activation], &step_names_);
+    workspace_.bind(arena_.get(), buffers[(int)Role::Intermediate], &step_names_);
+
+    failure_.clear();
+    weights_.begin_inference(std::this_thread::get_id());
+    for (int step = 1; step < schedule_.output_step(); step++)
+    {
+        if (!resident_[step])
+            continue;
+        s = load_step(step);
+        if (!s.ok())
+        {
+            release_arena();
+            return s;
+        }
+    }
+    return Status();
+}
+
+void Executor::release_arena()
+{
+    // layers' Mats keep their refcounts inside the arena: drop them while it still exists
+    for (int layer : schedule_.order)
+        model_->planned(layer)->unload(load_opt_);
+    arena_.reset();
+}
+
+Status Executor::load_step(int step)
+{
+    const int layer = layer_at(step);
+    PlannedLayer* planned = model_->planned(layer);
+    const ByteRange& range = schedule_.ranges[layer];
+    WeightReader reader(model_->weights(), range);
+    load_clock_.begin(step);
+    Status s;
+    {
+        ThreadAllocatorScope scope(&weights_);
+        s = planned->load(reader, load_opt_);
+    }
+    load_clock_.end();
+    if (!s.ok())
+        return Status::error(reader.error().empty() ? s.message() : "layer " + planned->name + ": " + reader.error());
+    if (failure_.failed())
+        return failure_.status();
+    if (reader.position() != range.end)
+        return Status::error("layer " + planned->name + " read " + std::to_string(reader.position() - range.begin)
+                             + " B of its " + std::to_string(range.end - range.begin) + " B in the .bin");
+    if (planned->loaded_flags() != schedule_.flags[layer])
+        return Status::error("layer " + planned->name + " was built with other flags than at prepare");
+    if (options_.drop_page_cache)
+        model_->weights().drop_cached(range);
+    return Status();
+}
+
+// The loading thread: load(s) for every step in order, each after its dependency's computation.
+// Whenever it stops early it stops the inference too, so no computation waits for a load forever.
+void Executor::load_all()
+{
+    if (options_.loader_cores != LoaderCores::Any)
+        ncnn::set_cpu_thread_affinity(ncnn::get_cpu_thread_affinity_mask(options_.loader_cores == LoaderCores::Little ? 1 : 2));
+    weights_.begin_inference(std::this_thread::get_id());
+    for (int step = 1; step < schedule_.output_step(); step++)
+    {
+        if (!resident_[step])
+        {
+            const int wait_for = options_.overlap_loading ? wait_for_[step] : std::max(wait_for_[step], step - 1);
+            if (wait_for >= 0 && !progress_.wait_computed(wait_for))
+            {
+                failure_.set("load of " + step_names_[step] + " waited for the computation of " + step_names_[wait_for]
+                             + ", which did not happen");
+                break;
+            }
+            if (failure_.failed())
+                break;
+            Status s = load_step(step);
+            if (!s.ok())
+            {
+                failure_.set(s.message());
+                break;
+            }
+        }
+        progress_.loaded(step);
+    }
+    if (failure_.failed())
+        progress_.stop();
+}
+
+int Executor::before_compute(int layer_index)
+{
+    const int step = compute_clock_.started() + 1;
+    if (step >= schedule_.output_step() || layer_at(step) != layer_index)
+    {
+        failure_.set("NCNN computes layer " + model_->layer_name(layer_index) + " where the plan has "
+                     + (step < schedule_.output_step() ? step_names_[step] : "no more layers")
+                     + ": the execution order differs from prepare's");
+        progress_.stop();
+        return -1;
+    }
+    progress_.computed(step - 1);
+    if (failure_.failed())
+    {
+        progress_.stop();
+        return -1;
+    }
+    const double t0 = now_us();
+    const bool loaded = progress_.wait_loaded(step);
+    load_wait_us_ += now_us() - t0;
+    if (!loaded || failure_.failed())
+        return -1;
+    compute_clock_.begin(step);
+    return 0;
+}
+
+int Executor::after_compute(int layer_index, int ret)
+{
+    compute_clock_.end();
+    if (ret != 0 && !failure_.failed())
+        failure_.set("layer " + model_->layer_name(layer_index) + " failed to compute (NCNN error " + std::to_string(ret) + ")");
+    if (failure_.failed())
+    {
+        progress_.stop();
+        return -1;
+    }
+    return 0;
+}
+
+Status Executor::run(const NamedMats& inputs, NamedMats& outputs, RunStats& stats)
+{
+    std::lock_guard<std::mutex> turn(turn_);
+    if (!arena_)
+        return Status::error("no plan: set a plan or a budget first");
+    if (inputs.size() != schedule_.inputs.size())
+        return Status::error("the model was prepared with " + std::to_string(schedule_.inputs.size()) + " inputs, got "
+                             + std::to_string(inputs.size()));
+    for (size_t k = 0; k < inputs.size(); k++)
+        if (inputs[k].first != schedule_.inputs[k])
+            return Status::error("input " + std::to_string(k) + " is '" + inputs[k].first + "', the model was prepared with '"
+                                 + schedule_.inputs[k] + "'");
+
+    const double started = now_us();
+    failure_.clear();
+    progress_.reset();
+    compute_clock_.reset();
+    load_wait_us_ = 0;
+    outside_.reset_counts();
+    blobs_.begin_inference(std::this_thread::get_id());
+    workspace_.begin_inference(std::this_thread::get_id());
+    std::thread loader(&Executor::load_all, this);
+
+    std::vector<ncnn::Mat> features;
+    ncnn::Extractor ex = model_->net().create_extractor();
+    ex.set_blob_allocator(&blobs_);
+    ex.set_workspace_allocator(&workspace_);
+    {
+        ThreadAllocatorScope scope(&blobs_);
+        compute_clock_.begin(0);
+        for (const auto& input : inputs)
+        {
+            ncnn::Mat in_arena = input.second.clone(&blobs_);
+            if (in_arena.empty())
+                failure_.set("cannot copy input '" + input.first + "' into the arena");
+            ex.input(input.first.c_str(), in_arena);
+        }
+        compute_clock_.end();
+        for (const std::string& name : schedule_.outputs)
+        {
+            if (failure_.failed())
+                break;
+            ncnn::Mat feature;
+            if (ex.extract(name.c_str(), feature) != 0)
+            {
+                failure_.set("NCNN failed to compute output '" + name + "'");
+                break;
+            }
+            features.push_back(feature);
+        }
+    }
+    if (!failure_.failed() && compute_clock_.started() != schedule_.output_step() - 1)
+    {
+        failure_.set("only " + std::to_string(compute_clock_.started()) + " of the plan's " + std::to_string(schedule_.order.size())
+                     + " layers computed: the execution order differs from prepare's");
+    }
+    progress_.computed(schedule_.output_step() - 1);
+    progress_.stop();
+    loader.join();
+
+    compute_clock_.begin(schedule_.output_step());
+    outputs.clear();
+    if (!failure_.failed())
+        for (size_t k = 0; k < features.size(); k++)
+            outputs.emplace_back(schedule_.outputs[k], features[k].clone()); // plain heap: the caller's
+    features.clear();
+    ex.clear();
+    compute_clock_.end();
+
+    const AllocationCounts outside = outside_.counts();
+    stats.latency_us = now_us() - started;
+    stats.load_wait_us = load_wait_us_;
+    stats.outside_peak_bytes = outside.peak_bytes;
+    stats.outside_allocations = outside.allocations;
+    return failure_.status();
+}
+
+} // namespace flexnn

@@ -1,0 +1,109 @@
+#ifndef FLEXNN_EXECUTOR_H
+#define FLEXNN_EXECUTOR_H
+
+#include "planner/plan.h"
+#include "planner/planner.h"
+#include "planner/profile.h"
+#include "runtime/arena_allocator.h"
+#include "runtime/counting_allocator.h"
+#include "runtime/failure.h"
+#include "runtime/layer_schedule.h"
+#include "runtime/model.h"
+#include "runtime/progress.h"
+#include "runtime/runtime_options.h"
+#include "runtime/status.h"
+#include "runtime/step_clock.h"
+#include "runtime/stock_run.h"
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace flexnn {
+
+struct RunStats
+{
+    double latency_us = 0;
+    double load_wait_us = 0;          // time computation waited for loading
+    uint64_t outside_peak_bytes = 0;  // most bytes held outside the arena at once during the run
+    uint64_t outside_allocations = 0; // requests served outside the arena during the run
+};
+
+// Runs a prepared model under a plan (paper section 3.4). One arena of the plan's size holds every
+// weight, activation and intermediate at its planned offset. A loading thread walks the steps in
+// order: load(s) rebuilds step s's layer from its bytes of the .bin once comp(i) has finished for
+// its dependency (i, s); the calling thread computes through NCNN's Extractor, each layer waiting
+// for its own load. Layers whose weights are pinned, or who have none, are built once per plan.
+// run and set_plan may be called from any thread; they take turns.
+class Executor : private ComputeHooks
+{
+public:
+    ~Executor() override;
+
+    static Status create(const std::string& param_path, const std::string& bin_path, const RuntimeOptions& options,
+                         LayerSchedule schedule, Profile profile, std::unique_ptr<Executor>& out);
+
+    // Check `plan` against the profile, then (between inferences) move to a fresh arena of its size.
+    Status set_plan(const Plan& plan);
+    // Re-plan the stored profile for `budget` bytes of arena and move to it.
+    Status set_budget(uint64_t budget, const PlannerOptions& options);
+
+    // One inference: inputs in schedule().inputs order, outputs in schedule().outputs order.
+    Status run(const NamedMats& inputs, NamedMats& outputs, RunStats& stats);
+
+    const Plan& plan() const
+    {
+        return plan_;
+    }
+    const LayerSchedule& schedule() const
+    {
+        return schedule_;
+    }
+    // bytes the arena holds: the plan's arena plus NCNN's over-read margin past its last buffer
+    uint64_t arena_bytes() const;
+
+private:
+    Executor(const RuntimeOptions& options, LayerSchedule schedule, Profile profile);
+
+    int before_compute(int layer_index) override;
+    int after_compute(int layer_index, int ret) override;
+
+    Status load_step(int step);
+    // unload every layer, then free the arena (a run needs a plan again)
+    void release_arena();
+    void load_all();
+    int layer_at(int step) const
+    {
+        return schedule_.order[step - 1];
+    }
+
+    const RuntimeOptions options_;
+    const LayerSchedule schedule_;
+    const Profile profile_;
+    Plan plan_;
+    std::vector<std::string> step_names_;
+    std::vector<bool> resident_;    // per step: built once per plan
+    std::vector<int> wait_for_;     // per step: the computation its load waits for, -1 none
+    ncnn::Option load_opt_;
+    std::mutex turn_; // one run or plan change at a time
+
+    // shared by both threads during an inference
+    Failure failure_;
+    Progress progress_;
+    CountingAllocator outside_;
+    StepClock load_clock_;    // the loading thread's
+    StepClock compute_clock_; // the computing thread's
+    double load_wait_us_ = 0; // computing thread only
+    ArenaAllocator weights_;
+    ArenaAllocator blobs_;
+    ArenaAllocator workspace_;
+
+    // declared last, destroyed first: layers release their Mats into the allocators above
+    std::unique_ptr<unsigned char, void (*)(unsigned char*)> arena_;
+    std::unique_ptr<Model> model_;
+};
+
+} // namespace flexnn
+
+#endif // FLEXNN_EXECUTOR_H

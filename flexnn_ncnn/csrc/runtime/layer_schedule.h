@@ -1,0 +1,41 @@
+#ifndef FLEXNN_LAYER_SCHEDULE_H
+#define FLEXNN_LAYER_SCHEDULE_H
+
+#include "runtime/model.h"
+#include "runtime/status.h"
+#include "runtime/weight_reader.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace flexnn {
+
+// What prepare learns about a model's layers that the plan's time axis is built on. Steps: 0 copies
+// the inputs into the arena, 1..L compute order[0..L-1] (NCNN's depth-first order from the outputs),
+// L+1 copies the outputs out.
+struct LayerSchedule
+{
+    std::vector<std::string> inputs;  // blob names, fed in this order
+    std::vector<std::string> outputs; // blob names, extracted in this order
+    std::vector<int> order;           // layer index computed at step s is order[s - 1]
+    std::vector<ByteRange> ranges;    // per layer index: its bytes in the .bin (empty when it has none)
+    std::vector<uint32_t> flags;      // per layer index: layer_flags() after create_pipeline (0 for Input)
+
+    int step_count() const
+    {
+        return (int)order.size() + 2;
+    }
+    int output_step() const
+    {
+        return (int)order.size() + 1;
+    }
+    // "step 3 (layer conv1)", "step 0 (inputs)"
+    std::vector<std::string> step_names(const Model& model) const;
+    // the schedule fits this model: layer indexes and ranges in bounds
+    Status validate(const Model& model) const;
+};
+
+} // namespace flexnn
+
+#endif // FLEXNN_LAYER_SCHEDULE_H

@@ -1,0 +1,55 @@
+#ifndef FLEXNN_MODEL_H
+#define FLEXNN_MODEL_H
+
+#include "runtime/planned_layer.h"
+#include "runtime/status.h"
+#include "runtime/weight_reader.h"
+
+#include <net.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace flexnn {
+
+// A model's graph as NCNN parsed it, every layer but Input replaced by a PlannedLayer, and its
+// .bin opened for positional reads. No weights are loaded: the runtime loads layers itself.
+class Model
+{
+public:
+    // opt: the options every layer is built and run with (threads, packing, fp16, ...)
+    Status open(const std::string& param_path, const std::string& bin_path, const ncnn::Option& opt, ComputeHooks* hooks);
+    ~Model();
+
+    ncnn::Net& net()
+    {
+        return net_;
+    }
+    int layer_count() const
+    {
+        return (int)net_.layers().size();
+    }
+    // null for Input layers, which hold no weights and never compute
+    PlannedLayer* planned(int layer_index) const;
+    const std::string& layer_name(int layer_index) const
+    {
+        return net_.layers()[layer_index]->name;
+    }
+    const WeightFile& weights() const
+    {
+        return weights_;
+    }
+    const ncnn::Option& options() const
+    {
+        return net_.opt;
+    }
+
+private:
+    ncnn::Net net_;
+    WeightFile weights_;
+};
+
+} // namespace flexnn
+
+#endif // FLEXNN_MODEL_H

@@ -1,0 +1,146 @@
+#include "runtime/planned_layer.h"
+
+#include <modelbin.h>
+
+namespace flexnn {
+
+namespace {
+
+enum FlagBit : uint32_t
+{
+    kOneBlobOnly = 1u << 0,
+    kInplace = 1u << 1,
+    kPacking = 1u << 2,
+    kBf16 = 1u << 3,
+    kFp16 = 1u << 4,
+    kInt8 = 1u << 5,
+    kTensorStorage = 1u << 6,
+    kAnyPacking = 1u << 7,
+    kBatch = 1u << 8,
+};
+
+} // namespace
+
+uint32_t layer_flags(const ncnn::Layer& layer)
+{
+    return (layer.one_blob_only ? kOneBlobOnly : 0u) | (layer.support_inplace ? kInplace : 0u)
+           | (layer.support_packing ? kPacking : 0u) | (layer.support_bf16_storage ? kBf16 : 0u)
+           | (layer.support_fp16_storage ? kFp16 : 0u) | (layer.support_int8_storage ? kInt8 : 0u)
+           | (layer.support_tensor_storage ? kTensorStorage : 0u) | (layer.support_any_packing ? kAnyPacking : 0u)
+           | (layer.support_batch ? kBatch : 0u);
+}
+
+PlannedLayer::PlannedLayer(const ncnn::Layer& stock, const ncnn::ParamDict& pd, int layer_index, ComputeHooks* hooks)
+    : pd_(pd), layer_index_(layer_index), hooks_(hooks)
+{
+    typeindex = stock.typeindex;
+    type = stock.type;
+    name = stock.name;
+    bottoms = stock.bottoms;
+    tops = stock.tops;
+    bottom_shapes = stock.bottom_shapes;
+    top_shapes = stock.top_shapes;
+    featmask = stock.featmask;
+    support_vulkan = false;
+    set_flags(layer_flags(stock));
+}
+
+PlannedLayer::~PlannedLayer()
+{
+    if (real_)
+        unload(ncnn::Option());
+}
+
+void PlannedLayer::set_flags(uint32_t flags)
+{
+    one_blob_only = flags & kOneBlobOnly;
+    support_inplace = flags & kInplace;
+    support_packing = flags & kPacking;
+    support_bf16_storage = flags & kBf16;
+    support_fp16_storage = flags & kFp16;
+    support_int8_storage = flags & kInt8;
+    support_tensor_storage = flags & kTensorStorage;
+    support_any_packing = flags & kAnyPacking;
+    support_batch = flags & kBatch;
+}
+
+uint32_t PlannedLayer::loaded_flags() const
+{
+    return real_ ? layer_flags(*real_) : 0u;
+}
+
+Status PlannedLayer::load(const ncnn::DataReader& dr, const ncnn::Option& opt)
+{
+    unload(opt);
+    std::unique_ptr<ncnn::Layer> layer(ncnn::create_layer_cpu(typeindex));
+    if (!layer)
+        return Status::error("layer " + name + ": NCNN has no CPU layer of type " + type);
+    layer->typeindex = typeindex;
+    layer->type = type;
+    layer->name = name;
+    layer->bottoms = bottoms;
+    layer->tops = tops;
+    layer->bottom_shapes = bottom_shapes;
+    layer->top_shapes = top_shapes;
+    layer->featmask = featmask;
+    if (layer->load_param(pd_) != 0)
+        return Status::error("layer " + name + ": load_param failed");
+    ncnn::ModelBinFromDataReader mb(dr);
+    if (layer->load_model(mb) != 0)
+        return Status::error("layer " + name + ": load_model failed");
+    if (layer->create_pipeline(opt) != 0)
+    {
+        layer->destroy_pipeline(opt);
+        return Status::error("layer " + name + ": create_pipeline failed");
+    }
+    real_ = std::move(layer);
+    return Status();
+}
+
+void PlannedLayer::unload(const ncnn::Option& opt)
+{
+    if (!real_)
+        return;
+    real_->destroy_pipeline(opt);
+    real_.reset();
+}
+
+int PlannedLayer::destroy_pipeline(const ncnn::Option& opt)
+{
+    unload(opt);
+    return 0;
+}
+
+int PlannedLayer::forward(const std::vector<ncnn::Mat>& bottom_blobs, std::vector<ncnn::Mat>& top_blobs, const ncnn::Option& opt) const
+{
+    int ret = hooks_->before_compute(layer_index_);
+    if (ret == 0)
+        ret = real_->forward(bottom_blobs, top_blobs, opt);
+    return hooks_->after_compute(layer_index_, ret);
+}
+
+int PlannedLayer::forward(const ncnn::Mat& bottom_blob, ncnn::Mat& top_blob, const ncnn::Option& opt) const
+{
+    int ret = hooks_->before_compute(layer_index_);
+    if (ret == 0)
+        ret = real_->forward(bottom_blob, top_blob, opt);
+    return hooks_->after_compute(layer_index_, ret);
+}
+
+int PlannedLayer::forward_inplace(std::vector<ncnn::Mat>& bottom_top_blobs, const ncnn::Option& opt) const
+{
+    int ret = hooks_->before_compute(layer_index_);
+    if (ret == 0)
+        ret = real_->forward_inplace(bottom_top_blobs, opt);
+    return hooks_->after_compute(layer_index_, ret);
+}
+
+int PlannedLayer::forward_inplace(ncnn::Mat& bottom_top_blob, const ncnn::Option& opt) const
+{
+    int ret = hooks_->before_compute(layer_index_);
+    if (ret == 0)
+        ret = real_->forward_inplace(bottom_top_blob, opt);
+    return hooks_->after_compute(layer_index_, ret);
+}
+
+} // namespace flexnn

@@ -1,0 +1,65 @@
+#ifndef FLEXNN_PLANNED_LAYER_H
+#define FLEXNN_PLANNED_LAYER_H
+
+#include "runtime/status.h"
+
+#include <datareader.h>
+#include <layer.h>
+#include <paramdict.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace flexnn {
+
+// What the runtime does around each layer's computation (the executor's schedule, or prepare's
+// recording). Both run on the thread that computes; a nonzero return stops the inference.
+class ComputeHooks
+{
+public:
+    virtual ~ComputeHooks() = default;
+    virtual int before_compute(int layer_index) = 0;
+    virtual int after_compute(int layer_index, int ret) = 0;
+};
+
+// The support_* / one_blob_only flags NCNN reads from a layer to convert its inputs, as bits.
+uint32_t layer_flags(const ncnn::Layer& layer);
+
+// Stands in the Net for one layer, so that the runtime decides when its weights exist. It holds
+// the layer's ParamDict and builds the real (arch-optimised) layer afresh on every load: load_param,
+// load_model from a DataReader, create_pipeline, all on the calling thread, so Mats created without
+// an allocator land wherever that thread's default allocator (ncnn_patches/0001) puts them.
+// forward delegates to the real layer between the hooks. NCNN reads this layer's flags before
+// forward, possibly before the load: they are set once (set_flags) and every load must give the
+// same ones.
+class PlannedLayer : public ncnn::Layer
+{
+public:
+    PlannedLayer(const ncnn::Layer& stock, const ncnn::ParamDict& pd, int layer_index, ComputeHooks* hooks);
+    ~PlannedLayer() override;
+
+    // Net::clear() calls this: drop the real layer
+    int destroy_pipeline(const ncnn::Option& opt) override;
+
+    int forward(const std::vector<ncnn::Mat>& bottom_blobs, std::vector<ncnn::Mat>& top_blobs, const ncnn::Option& opt) const override;
+    int forward(const ncnn::Mat& bottom_blob, ncnn::Mat& top_blob, const ncnn::Option& opt) const override;
+    int forward_inplace(std::vector<ncnn::Mat>& bottom_top_blobs, const ncnn::Option& opt) const override;
+    int forward_inplace(ncnn::Mat& bottom_top_blob, const ncnn::Option& opt) const override;
+
+    // Build the real layer from its params and `dr` (the previous one is destroyed first).
+    Status load(const ncnn::DataReader& dr, const ncnn::Option& opt);
+    void unload(const ncnn::Option& opt);
+    // the real layer's flags after its last load
+    uint32_t loaded_flags() const;
+    void set_flags(uint32_t flags);
+
+private:
+    const ncnn::ParamDict pd_;
+    const int layer_index_;
+    ComputeHooks* const hooks_;
+    std::unique_ptr<ncnn::Layer> real_;
+};
+
+} // namespace flexnn
+
+#endif // FLEXNN_PLANNED_LAYER_H

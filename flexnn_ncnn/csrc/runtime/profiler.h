@@ -1,0 +1,31 @@
+#ifndef FLEXNN_PROFILER_H
+#define FLEXNN_PROFILER_H
+
+#include "planner/profile.h"
+#include "runtime/layer_schedule.h"
+#include "runtime/runtime_options.h"
+#include "runtime/status.h"
+#include "runtime/stock_run.h"
+
+#include <string>
+#include <vector>
+
+namespace flexnn {
+
+struct PrepareResult
+{
+    LayerSchedule schedule;
+    Profile profile;        // steps as in LayerSchedule
+    NamedMats outputs;      // what the profiled inference computed
+    uint64_t outside_bytes = 0; // peak bytes no step could own (requests from OpenMP workers)
+};
+
+// Prepare (on the target): load every layer once in .bin order, recording each one's byte range,
+// flags, load time and the buffers it allocates; then one sequential inference recording every
+// buffer's (step, role, ordinal, size, last use) and each layer's compute time.
+Status prepare(const std::string& param_path, const std::string& bin_path, const NamedMats& inputs,
+               const std::vector<std::string>& output_names, const RuntimeOptions& options, PrepareResult& result);
+
+} // namespace flexnn
+
+#endif // FLEXNN_PROFILER_H

@@ -1,0 +1,66 @@
+#include "runtime/recording_allocator.h"
+
+#include <algorithm>
+
+namespace flexnn {
+
+RecordingAllocator::RecordingAllocator(Role role, const StepClock& clock, CountingAllocator& outside)
+    : role_(role), clock_(clock), outside_(outside), owner_(std::this_thread::get_id())
+{
+}
+
+RecordingAllocator::~RecordingAllocator()
+{
+    // buffers still held by layers at teardown go back to the heap; their records stay valid
+    for (const auto& kv : live_)
+        ncnn::fastFree(kv.first);
+}
+
+void* RecordingAllocator::fastMalloc(size_t size)
+{
+    if (std::this_thread::get_id() != owner_)
+        return outside_.fastMalloc(size);
+    void* ptr = ncnn::fastMalloc(size);
+    if (!ptr)
+        return ptr;
+    std::lock_guard<std::mutex> guard(lock_);
+    const int step = clock_.allocation_step();
+    AllocationRecord record;
+    record.step = step;
+    record.role = role_;
+    record.ordinal = next_ordinal_[step]++;
+    record.size = size;
+    live_[ptr] = records_.size();
+    records_.push_back(record);
+    return ptr;
+}
+
+void RecordingAllocator::fastFree(void* ptr)
+{
+    if (!ptr)
+        return;
+    if (outside_.owns(ptr))
+    {
+        outside_.fastFree(ptr);
+        return;
+    }
+    {
+        std::lock_guard<std::mutex> guard(lock_);
+        auto it = live_.find(ptr);
+        if (it != live_.end())
+        {
+            AllocationRecord& record = records_[it->second];
+            record.last_use = std::max(record.step, clock_.release_step());
+            live_.erase(it);
+        }
+    }
+    ncnn::fastFree(ptr);
+}
+
+std::vector<AllocationRecord> RecordingAllocator::records() const
+{
+    std::lock_guard<std::mutex> guard(lock_);
+    return records_;
+}
+
+} // namespace flexnn

@@ -1,0 +1,56 @@
+#ifndef FLEXNN_RECORDING_ALLOCATOR_H
+#define FLEXNN_RECORDING_ALLOCATOR_H
+
+#include "planner/profile.h"
+#include "runtime/counting_allocator.h"
+#include "runtime/step_clock.h"
+
+#include <allocator.h>
+
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace flexnn {
+
+// One buffer as prepare saw it: its identity (step, role, ordinal) and its lifetime in steps.
+struct AllocationRecord
+{
+    int step;
+    Role role;
+    int ordinal;      // among this role's buffers of this step, in request order
+    uint64_t size;    // bytes requested
+    int last_use = -1; // the last step that may have read it; -1 while it is live
+};
+
+// Prepare's allocator for one role: a heap allocation per request, each one recorded with the
+// clock's step and its ordinal within (step, role). Requests from any thread other than the owner
+// (the thread that built it; e.g. an OpenMP worker inside a layer) cannot be ordered, so they are
+// served by `outside` and not recorded.
+class RecordingAllocator : public ncnn::Allocator
+{
+public:
+    RecordingAllocator(Role role, const StepClock& clock, CountingAllocator& outside);
+    ~RecordingAllocator() override;
+    void* fastMalloc(size_t size) override;
+    void fastFree(void* ptr) override;
+
+    // every buffer so far; those still live have last_use -1
+    std::vector<AllocationRecord> records() const;
+
+private:
+    const Role role_;
+    const StepClock& clock_;
+    CountingAllocator& outside_;
+    const std::thread::id owner_;
+
+    mutable std::mutex lock_;
+    std::vector<AllocationRecord> records_;
+    std::unordered_map<void*, size_t> live_; // pointer -> index in records_
+    std::unordered_map<int, int> next_ordinal_; // step -> next ordinal
+};
+
+} // namespace flexnn
+
+#endif // FLEXNN_RECORDING_ALLOCATOR_H

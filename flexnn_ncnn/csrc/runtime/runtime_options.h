@@ -1,0 +1,54 @@
+#ifndef FLEXNN_RUNTIME_OPTIONS_H
+#define FLEXNN_RUNTIME_OPTIONS_H
+
+#include <option.h>
+
+namespace flexnn {
+
+// Which cores the loading thread may run on (NCNN's CpuSet masks; "any" leaves it unpinned).
+enum class LoaderCores
+{
+    Any = 0,
+    Little = 1,
+    Big = 2,
+};
+
+// What a model is prepared and run with. Everything that changes the layers' transformed weights
+// or their buffers (threads, packing, kernels) must be the same for prepare and for every run of
+// its plan: the plan file records it and the session refuses a mismatch.
+struct RuntimeOptions
+{
+    int num_threads = 1;
+    bool use_packing_layout = true;
+    bool use_winograd = true;
+    bool use_sgemm = true;
+    bool use_fp16 = true; // NCNN's default: fp16 storage/arithmetic where the CPU has it
+    LoaderCores loader_cores = LoaderCores::Any;
+    bool drop_page_cache = false; // posix_fadvise(DONTNEED) each layer's bytes after loading them
+    // false: load(s) also waits for comp(s - 1), so loading never overlaps computing (the On-Demand
+    // baseline, paper section 5.1, when run with the tightest plan)
+    bool overlap_loading = true;
+
+    ncnn::Option ncnn_option() const
+    {
+        ncnn::Option opt;
+        opt.lightmode = true;
+        opt.num_threads = num_threads;
+        opt.use_packing_layout = use_packing_layout;
+        opt.use_winograd_convolution = use_winograd;
+        opt.use_sgemm_convolution = use_sgemm;
+        if (!use_fp16)
+        {
+            opt.use_fp16_storage = false;
+            opt.use_fp16_packed = false;
+            opt.use_fp16_arithmetic = false;
+        }
+        opt.use_local_pool_allocator = false;
+        opt.use_vulkan_compute = false;
+        return opt;
+    }
+};
+
+} // namespace flexnn
+
+#endif // FLEXNN_RUNTIME_OPTIONS_H

@@ -1,0 +1,77 @@
+#ifndef FLEXNN_WEIGHT_READER_H
+#define FLEXNN_WEIGHT_READER_H
+
+#include "runtime/status.h"
+
+#include <datareader.h>
+
+#include <cstdint>
+#include <string>
+
+namespace flexnn {
+
+// A layer's bytes in the .bin: [begin, end).
+struct ByteRange
+{
+    uint64_t begin = 0;
+    uint64_t end = 0;
+};
+
+// The model's .bin, opened once, read with positional reads only: readers of different layers
+// never share a file position, and several may exist at once.
+class WeightFile
+{
+public:
+    WeightFile() = default;
+    ~WeightFile();
+    WeightFile(const WeightFile&) = delete;
+    WeightFile& operator=(const WeightFile&) = delete;
+
+    Status open(const std::string& path);
+    const std::string& path() const
+    {
+        return path_;
+    }
+    int fd() const
+    {
+        return fd_;
+    }
+    // tell the kernel the page cache need not keep these bytes (posix_fadvise DONTNEED)
+    void drop_cached(const ByteRange& range) const;
+
+private:
+    std::string path_;
+    int fd_ = -1;
+};
+
+// NCNN's view of one layer's bytes: ModelBin's reads go with pread straight into the buffer NCNN
+// allocated for the weight (which the weights allocator placed at its planned arena offset), so
+// there is no staging copy. Reading past the range's end, or a file shorter than it, is a short
+// read, which NCNN's ModelBin turns into a failed load; error() then says what was missing.
+class WeightReader : public ncnn::DataReader
+{
+public:
+    WeightReader(const WeightFile& file, ByteRange range);
+    size_t read(void* buf, size_t size) const override;
+
+    // the bytes consumed so far
+    uint64_t position() const
+    {
+        return position_;
+    }
+    // empty unless a read came up short
+    const std::string& error() const
+    {
+        return error_;
+    }
+
+private:
+    const WeightFile& file_;
+    const ByteRange range_;
+    mutable uint64_t position_;
+    mutable std::string error_;
+};
+
+} // namespace flexnn
+
+#endif // FLEXNN_WEIGHT_READER_H

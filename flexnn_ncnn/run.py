@@ -1,0 +1,70 @@
+"""Run a prepared model under its plan.
+
+    python -m flexnn_ncnn.run PLAN.json --input in.npy [--output out.npz] [--loops N] [--budget 60MB] [--json]
+
+`--json` prints one line of stats: arena bytes, bytes outside the arena, peak RSS over idle, and the
+latency median over the loops (timing figures are for benchmarks, not for pass/fail decisions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .cli import UserError, add_logging_args, run_main, setup_logging
+from .units import format_size, parse_size
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("plan", type=Path, help="plan file from `python -m flexnn_ncnn.prepare`")
+    parser.add_argument("--input", type=Path, action="append", required=True,
+                        help="input .npy (float32, NCNN's shape: c,h,w); repeat as NAME=FILE for several inputs")
+    parser.add_argument("--output", type=Path, help="write the outputs to this .npz, one array per output blob")
+    parser.add_argument("--loops", type=int, default=1, help="inferences to run (default: %(default)s)")
+    parser.add_argument("--budget", help="re-plan for this budget instead of the file's plan, e.g. 60MB")
+    parser.add_argument("--loader", choices=("any", "little", "big"), default="any", help="cores of the loading thread")
+    parser.add_argument("--json", action="store_true", help="print one JSON line of stats")
+    add_logging_args(parser)
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+    if args.loops < 1:
+        raise UserError("--loops must be at least 1")
+    budget = parse_size(args.budget) if args.budget else None
+
+    from .session import Session
+    session = Session(args.plan, budget=budget, loader=args.loader)
+    inputs = {}
+    for i, spec in enumerate(args.input):
+        name, _, file = str(spec).rpartition("=")
+        if not name:
+            if len(args.input) != 1 or len(session.inputs) != 1:
+                raise UserError(f"the model has inputs {', '.join(session.inputs)}: pass each as --input NAME=FILE")
+            name = session.inputs[0]
+        try:
+            inputs[name] = np.load(file)
+        except (OSError, ValueError) as e:
+            raise UserError(f"cannot read input {file}: {e}") from None
+    outputs = {}
+    for _ in range(args.loops):
+        outputs = session.run(inputs)
+    if args.output:
+        np.savez(args.output, **outputs)
+    stats = session.stats()
+    if args.json:
+        print(json.dumps({k: v for k, v in stats.items() if k not in ("load_wait_us", "latency_us")}
+                         | {"load_wait_median_us": statistics.median(stats["load_wait_us"])}))
+    else:
+        print(f"{args.loops} inference(s): arena {format_size(stats['arena_bytes'])}, outside the arena "
+              f"{format_size(stats['outside_arena_bytes'])}, latency median {stats['latency_median_us'] / 1000:.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

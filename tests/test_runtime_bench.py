@@ -1,0 +1,103 @@
+"""The device binary `flexnn-bench`: prepares, plans at the smallest feasible budget and runs a model
+in its arena, on host and cross-built under qemu-aarch64, matching stock NCNN (the `ncnn` wheel)."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import built
+from helpers import stock_output
+from test_runtime import assert_close, write_residual
+
+QEMU = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "-cpu", "cortex-a72"]  # no fp16 arithmetic: fp32 like the oracle
+
+
+def bench(runner: list[str], target: str, tmp_path: Path, *args: str) -> tuple[dict, np.ndarray]:
+    param, bin_, x = write_residual(tmp_path)
+    np.save(tmp_path / "in.npy", x)
+    program = built(target, "native", "tools", "flexnn-bench")
+    proc = subprocess.run([*runner, str(program), str(param), str(bin_), str(tmp_path / "in.npy"), "loops=3", "warmup=1",
+                           f"out={tmp_path / 'out.npy'}", *args], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1
+    return json.loads(lines[0]), np.load(tmp_path / "out.npy")
+
+
+@pytest.mark.parametrize("runner, target", [([], "host"), (QEMU, "linux-aarch64")], ids=["host", "qemu-aarch64"])
+def test_bench_runs_the_tightest_plan_and_matches_stock_ncnn(runner: list[str], target: str, tmp_path: Path) -> None:
+    report, out = bench(runner, target, tmp_path, "budget=min")
+    param, bin_ = tmp_path / "residual.param", tmp_path / "residual.bin"
+    assert_close(out, stock_output(param, bin_, np.load(tmp_path / "in.npy")))
+    assert report["mode"] == "flexnn"
+    assert 0 < report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
+    assert report["latency_us"]["min"] <= report["latency_us"]["median"] <= report["latency_us"]["max"]
+
+
+@pytest.mark.parametrize("mode", ["ondemand", "stock", "direct"])
+def test_bench_baselines_match_stock_ncnn(mode: str, tmp_path: Path) -> None:
+    report, out = bench([], "host", tmp_path, f"mode={mode}", "budget=min")
+    assert_close(out, stock_output(tmp_path / "residual.param", tmp_path / "residual.bin", np.load(tmp_path / "in.npy")))
+    assert report["mode"] == mode
+    assert (report["arena_bytes"] > 0) == (mode == "ondemand")
+
+
+def test_bench_refuses_an_unknown_argument_in_one_line(tmp_path: Path) -> None:
+    program = built("host", "native", "tools", "flexnn-bench")
+    proc = subprocess.run([str(program), "a.param", "a.bin", "in.npy", "bogus=1"], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == ["error: unknown argument 'bogus=1'"]
+
+
+def has_interpreter(elf: bytes) -> bool:
+    """Whether a 64-bit little-endian ELF asks for a dynamic loader (a PT_INTERP program header).
+    (Its bytes may still name ld-linux: static glibc keeps the name for dlopen, which libgomp.a uses.)"""
+    phoff, = struct.unpack_from("<Q", elf, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
+    return any(struct.unpack_from("<I", elf, phoff + i * phentsize)[0] == 3 for i in range(phnum))
+
+
+def test_cross_built_bench_is_static() -> None:
+    elf = built("linux-aarch64", "native", "tools", "flexnn-bench").read_bytes()
+    assert elf[:4] == b"\x7fELF" and elf[18] == 0xB7  # EM_AARCH64
+    assert not has_interpreter(elf)
+    assert has_interpreter(Path("/bin/sh").resolve().read_bytes())  # the check can tell a dynamic program
+
+
+def stress(runner: list[str], program: Path, tmp_path: Path, threads: int, inferences: int) -> dict:
+    """runtime_stress on the residual model: `inferences` pipelined runs cycling three budgets (the
+    tightest first); the timeout is the watchdog that turns a hang into a failure."""
+    param, bin_, x = write_residual(tmp_path)
+    np.save(tmp_path / "in.npy", x)
+    proc = subprocess.run([*runner, str(program), str(param), str(bin_), str(tmp_path / "in.npy"), "data", "output", str(threads),
+                           str(inferences), "50", "min", "600000", "100000000"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # sanitizers report on stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_thousand_pipelined_inferences_across_budgets_agree_and_never_hang(threads: int, tmp_path: Path) -> None:
+    report = stress([], built("host", "native", "tests_native", "runtime_stress"), tmp_path, threads, 1000)
+    assert report["inferences"] == 1000 and report["budgets"] == 3
+
+
+def test_pipelined_inferences_under_qemu_aarch64_agree_and_never_hang(tmp_path: Path) -> None:
+    report = stress(QEMU, built("linux-aarch64", "native", "tests_native", "runtime_stress"), tmp_path, 2, 200)
+    assert report["inferences"] == 200
+
+
+def test_fp16_arithmetic_under_qemu_equals_ncnn_stock_there(tmp_path: Path) -> None:
+    """qemu's default CPU has fp16 arithmetic: NCNN stores and computes blobs in fp16 (packing 8),
+    through other layout conversions; the planned run must equal NCNN's own Net on that CPU."""
+    qemu_fp16 = QEMU[:-2]
+    report, out = bench(qemu_fp16, "linux-aarch64", tmp_path, "budget=min")
+    _, ref = bench(qemu_fp16, "linux-aarch64", tmp_path, "mode=stock")
+    assert_close(out, ref)
+    assert report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]

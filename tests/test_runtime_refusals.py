@@ -1,0 +1,117 @@
+"""What the runtime refuses or stops on (DESIGN.md section 7's list): a plan for other model files,
+another build or another thread count is refused naming the field; an allocation larger than
+planned stops the inference with a message; a .bin truncated during a run is an error; an
+infeasible budget is never planned nor run; a plan the checker rejects is never run."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flexnn_ncnn import Session
+from flexnn_ncnn.cli import UserError
+from helpers import assert_user_error, run_module
+from helpers import stock_output
+from test_runtime import ModelCase, assert_close, budgets_for, prepared, write_residual
+
+
+@pytest.fixture()
+def residual(tmp_path: Path) -> ModelCase:
+    param, bin_, x = write_residual(tmp_path)
+    return ModelCase("residual", param, bin_, x, stock_output(param, bin_, x))
+
+
+def edited(path: Path, edit) -> Path:
+    content = json.loads(path.read_text())
+    edit(content)
+    out = path.with_name("edited." + path.name)
+    out.write_text(json.dumps(content))
+    return out
+
+
+def test_plan_for_other_model_files_is_refused(residual: ModelCase, tmp_path: Path) -> None:
+    path, _ = prepared(residual, tmp_path)
+    data = bytearray(residual.bin.read_bytes())
+    data[100] ^= 1
+    residual.bin.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=r"model\.bin_sha256 differs"):
+        Session(path)
+
+
+def test_plan_for_another_build_is_refused(residual: ModelCase, tmp_path: Path) -> None:
+    path, _ = prepared(residual, tmp_path)
+    other = edited(path, lambda c: c["build"].update(patch_series_id="0123456789abcdef"))
+    with pytest.raises(UserError, match=r"build\.patch_series_id is '0123456789abcdef'"):
+        Session(other)
+
+
+def test_plan_for_another_thread_count_is_refused(residual: ModelCase, tmp_path: Path) -> None:
+    path, _ = prepared(residual, tmp_path)
+    with pytest.raises(UserError, match=r"options\.threads is 1, asked for 2"):
+        Session(path, threads=2)
+
+
+def test_allocation_larger_than_planned_stops_the_inference(residual: ModelCase, tmp_path: Path) -> None:
+    path, content = prepared(residual, tmp_path)
+    # pretend prepare saw the first activation of the first convolution 64 bytes smaller
+    index = next(i for i, t in enumerate(content["profile"]["tensors"]) if t["role"] == "activation" and t["layer"] == 1)
+    shrunk = edited(path, lambda c: c["profile"]["tensors"][index].update(size=c["profile"]["tensors"][index]["size"] - 64))
+    session = Session(shrunk)
+    with pytest.raises(UserError, match=r"step 1 \(layer conv1\): activation 0 of \d+ B is larger than planned"):
+        session.run({"data": residual.x})
+
+
+def test_bin_truncated_during_a_run_is_an_error(residual: ModelCase, tmp_path: Path) -> None:
+    path, content = prepared(residual, tmp_path)
+    session = Session(path, budget=budgets_for(content)["tightest"])
+    assert not all(session.plan.tensors[i].pinned for i, t in enumerate(session.profile.tensors) if t.role == "weight")
+    assert_close(session.run({"data": residual.x})["output"], residual.ref)
+    os.truncate(residual.bin, 8)
+    with pytest.raises(UserError, match=r"residual\.bin ended at byte"):
+        session.run({"data": residual.x})
+
+
+def test_infeasible_budget_writes_no_plan_and_names_the_smallest(residual: ModelCase, tmp_path: Path) -> None:
+    _, content = prepared(residual, tmp_path)
+    tightest = budgets_for(content)["tightest"]
+    out = tmp_path / "none.plan.json"
+    proc = run_module("prepare", str(residual.param), "--budget", str(tightest - 1), "-o", str(out))
+    assert_user_error(proc, "is infeasible", f"the smallest feasible budget is {tightest:,} B")
+    assert not out.exists()
+
+
+def test_plan_the_checker_rejects_is_never_run(residual: ModelCase, tmp_path: Path) -> None:
+    path, content = prepared(residual, tmp_path)
+    tensors = content["profile"]["tensors"]
+    # two tensors live at the same step, put at the same offset
+    a, b = next((i, j) for i, t in enumerate(tensors) for j, u in enumerate(tensors)
+                if i < j and t["first_use"] <= u["last_use"] and u["first_use"] <= t["last_use"])
+
+    def overlap(c: dict) -> None:
+        c["plan"]["tensors"][b]["offset"] = c["plan"]["tensors"][a]["offset"]
+    with pytest.raises(UserError, match=r"^plan: "):
+        Session(edited(path, overlap))
+
+
+def test_cli_runs_a_plan_and_prints_one_json_line(residual: ModelCase, tmp_path: Path) -> None:
+    path, content = prepared(residual, tmp_path)
+    np.save(tmp_path / "in.npy", residual.x)
+    budget = budgets_for(content)["middle"]
+    proc = run_module("run", str(path), "--input", str(tmp_path / "in.npy"), "--output", str(tmp_path / "out.npz"),
+                      "--loops", "3", "--budget", str(budget), "--json")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1
+    stats = json.loads(lines[0])
+    assert stats["inferences"] == 3 and stats["counted_bytes"] <= budget and stats["latency_median_us"] > 0
+    assert_close(np.load(tmp_path / "out.npz")["output"], residual.ref)
+
+
+def test_cli_refuses_a_missing_plan_in_one_line(tmp_path: Path) -> None:
+    np.save(tmp_path / "in.npy", np.zeros(3, np.float32))
+    proc = run_module("run", str(tmp_path / "none.json"), "--input", str(tmp_path / "in.npy"))
+    assert_user_error(proc, "cannot read plan")

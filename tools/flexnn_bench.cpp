@@ -1,0 +1,185 @@
+// flexnn-bench: prepare, plan and run a model on the device, printing one JSON line.
+//
+//   flexnn-bench MODEL.param MODEL.bin INPUT.npy [key=value ...]
+//     budget=BYTES|min  arena + NCNN's over-read margin, for mode=flexnn (required there); min: the
+//                       smallest feasible budget for this model on this device
+//     out=FILE.npy      write the (first) output there
+//     mode=flexnn       prepare here, plan for the budget, run in the planned arena (default);
+//                       ondemand: the same, but each layer's load waits for the previous layer's
+//                       computation (no overlap; with budget=min, the On-Demand baseline);
+//                       stock / direct: NCNN's own Net with default options / Winograd and sgemm off
+//     loops=8 warmup=4 threads=1 loader=any|little|big input=data output=output
+//
+// Output: {"mode", "budget", "latency_us": {"min", "median", "max"}, "arena_bytes", "outside_arena_bytes",
+// "vm_hwm_minus_idle_bytes", "load_wait_us_median"}. Errors: one "error: ..." line, exit 1.
+#include "planner/planner.h"
+#include "runtime/executor.h"
+#include "runtime/npy.h"
+#include "runtime/profiler.h"
+#include "runtime/stock_run.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+#include <string>
+#include <vector>
+
+namespace {
+
+const uint64_t kArenaMargin = NCNN_MALLOC_OVERREAD;
+
+uint64_t status_bytes(const char* field)
+{
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    const std::string key = std::string(field) + ":";
+    while (std::getline(status, line))
+        if (line.compare(0, key.size(), key) == 0)
+            return std::strtoull(line.c_str() + key.size(), nullptr, 10) * 1024;
+    return 0;
+}
+
+int fail(const std::string& message)
+{
+    fprintf(stderr, "error: %s\n", message.c_str());
+    return 1;
+}
+
+double median(std::vector<double> v)
+{
+    if (v.empty())
+        return 0;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+double now_us()
+{
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    if (argc < 4)
+        return fail("usage: flexnn-bench MODEL.param MODEL.bin INPUT.npy [budget=BYTES|min mode=flexnn|ondemand|stock|direct "
+                    "loops=8 warmup=4 threads=1 loader=any input=data output=output out=FILE.npy]");
+    std::map<std::string, std::string> args = {{"mode", "flexnn"}, {"loops", "8"}, {"warmup", "4"}, {"threads", "1"},
+                                               {"loader", "any"}, {"input", "data"}, {"output", "output"}, {"budget", "0"},
+                                               {"out", ""}};
+    for (int i = 4; i < argc; i++)
+    {
+        const std::string arg = argv[i];
+        const size_t eq = arg.find('=');
+        if (eq == std::string::npos || !args.count(arg.substr(0, eq)))
+            return fail("unknown argument '" + arg + "'");
+        args[arg.substr(0, eq)] = arg.substr(eq + 1);
+    }
+    const std::string param = argv[1], bin = argv[2], mode = args["mode"];
+    const int loops = std::atoi(args["loops"].c_str()), warmup = std::atoi(args["warmup"].c_str());
+    uint64_t budget = std::strtoull(args["budget"].c_str(), nullptr, 10);
+    flexnn::RuntimeOptions options;
+    options.num_threads = std::atoi(args["threads"].c_str());
+    if (loops < 1 || warmup < 0 || options.num_threads < 1)
+        return fail("loops and threads must be at least 1, warmup at least 0");
+    if (args["loader"] == "little")
+        options.loader_cores = flexnn::LoaderCores::Little;
+    else if (args["loader"] == "big")
+        options.loader_cores = flexnn::LoaderCores::Big;
+    else if (args["loader"] != "any")
+        return fail("loader must be any, little or big");
+
+    const uint64_t idle_rss = status_bytes("VmRSS");
+    ncnn::Mat input;
+    flexnn::Status s = flexnn::read_npy(argv[3], input);
+    if (!s.ok())
+        return fail(s.message());
+    const flexnn::NamedMats inputs = {{args["input"], input}};
+    const std::vector<std::string> outputs = {args["output"]};
+
+    std::vector<double> latencies, waits;
+    uint64_t arena = 0, outside = 0;
+    flexnn::NamedMats last_outputs;
+    if (mode == "stock" || mode == "direct")
+    {
+        flexnn::StockRunOptions stock;
+        stock.num_threads = options.num_threads;
+        stock.use_winograd = stock.use_sgemm = mode == "stock";
+        for (int i = 0; i < warmup + loops; i++)
+        {
+            flexnn::StockRunResult result;
+            const double t0 = now_us();
+            s = flexnn::run_stock(param, bin, inputs, outputs, stock, result);
+            if (!s.ok())
+                return fail(s.message());
+            last_outputs = result.outputs;
+            if (i >= warmup)
+                latencies.push_back(now_us() - t0);
+        }
+    }
+    else if (mode == "flexnn" || mode == "ondemand")
+    {
+        options.overlap_loading = mode == "flexnn";
+        if (budget <= kArenaMargin && args["budget"] != "min")
+            return fail("mode " + mode + " needs budget=BYTES (more than " + std::to_string(kArenaMargin) + ") or budget=min");
+        flexnn::PrepareResult prepared;
+        s = flexnn::prepare(param, bin, inputs, outputs, options, prepared);
+        if (!s.ok())
+            return fail(s.message());
+        if (args["budget"] == "min")
+        {
+            const uint64_t smallest = flexnn::min_feasible_budget(prepared.profile, flexnn::PlannerOptions());
+            if (!smallest)
+                return fail("the planner found no feasible budget for this model");
+            budget = smallest + kArenaMargin;
+        }
+        // prepare held every weight at once: measure the peak of the runs only
+#if defined(__GLIBC__)
+        malloc_trim(0);
+#endif
+        std::ofstream("/proc/self/clear_refs") << "5";
+        std::unique_ptr<flexnn::Executor> executor;
+        s = flexnn::Executor::create(param, bin, options, prepared.schedule, prepared.profile, executor);
+        if (s.ok())
+            s = executor->set_budget(budget - kArenaMargin, flexnn::PlannerOptions());
+        if (!s.ok())
+            return fail(s.message());
+        for (int i = 0; i < warmup + loops; i++)
+        {
+            flexnn::RunStats stats;
+            s = executor->run(inputs, last_outputs, stats);
+            if (!s.ok())
+                return fail(s.message());
+            if (i >= warmup)
+            {
+                latencies.push_back(stats.latency_us);
+                waits.push_back(stats.load_wait_us);
+            }
+            outside = std::max(outside, stats.outside_peak_bytes);
+        }
+        arena = executor->arena_bytes();
+    }
+    else
+        return fail("mode must be flexnn, ondemand, stock or direct, not '" + mode + "'");
+
+    const uint64_t hwm = status_bytes("VmHWM");
+    if (!args["out"].empty())
+    {
+        s = flexnn::write_npy(args["out"], last_outputs.front().second);
+        if (!s.ok())
+            return fail(s.message());
+    }
+    printf("{\"mode\": \"%s\", \"budget\": %llu, \"latency_us\": {\"min\": %.1f, \"median\": %.1f, \"max\": %.1f}, \"arena_bytes\": %llu, "
+           "\"outside_arena_bytes\": %llu, \"vm_hwm_minus_idle_bytes\": %lld, \"load_wait_us_median\": %.1f}\n",
+           mode.c_str(), (unsigned long long)budget, *std::min_element(latencies.begin(), latencies.end()), median(latencies),
+           *std::max_element(latencies.begin(), latencies.end()), (unsigned long long)arena, (unsigned long long)outside,
+           (long long)hwm - (long long)idle_rss, median(waits));
+    return 0;
+}
