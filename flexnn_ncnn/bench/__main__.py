@@ -1,0 +1,141 @@
+"""`python -m flexnn_ncnn.bench --model resnet152 --budgets 35MB,50MB,100MB`: the paper's comparison.
+
+Generates the model if needed (python -m flexnn_ncnn.models), runs every configuration in its own
+process for --rounds interleaved rounds (NCNN-Default first), checks every output against stock
+NCNN, and writes OUT/STEM.results.json, STEM.csv, STEM.png and docs/RESULTS.md. Exit code 1 when
+any configuration crashed or computed a wrong output.
+
+FlexNN, its ablations, On-Demand and SwapNet run in the FlexNN runtime: give --runtime-command (see
+docs/EVALUATION.md) until the runtime's child is wired into bench/configs.py. `--ingest DIR` reads
+JSON lines measured on a device (scripts/adb_bench.sh) instead of running anything here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..cli import UserError, add_logging_args, run_main, setup_logging
+from ..models import DEFAULT_BENCHMARK_DIR, file_stem, generate, read_description
+from ..plan import parse_budgets
+from ..units import format_size
+from . import configs, harness, report
+
+log = logging.getLogger(__name__)
+
+
+def model_description(name: str, models_dir: Path, seed: int, tiny: bool, benchmark_dir: Path) -> dict[str, Any]:
+    """A model's description: NAME.json if NAME is one, else the cached export in `models_dir`
+    (re-generated when its seed or size differ). Weights are always fp32 here: --fp16 is NCNN's arithmetic."""
+    if name.endswith(".json"):
+        return read_description(Path(name))
+    json_path = models_dir / f"{file_stem(name)}.json"
+    if json_path.exists():
+        cached = read_description(json_path)
+        if cached.get("seed") == seed and cached.get("tiny") == tiny and cached.get("storage") == "fp32":
+            return cached
+    log.info("generating %s into %s", name, models_dir)
+    return read_description(generate(name, models_dir, seed, fp16=False, tiny=tiny, benchmark_dir=benchmark_dir))
+
+
+def _print_summaries(result: harness.BenchResult) -> None:
+    print(f"{result.model['name']}:")
+    for s in result.summaries:
+        if s.latency_median_ms is None:
+            print(f"  {s.config:24} FAILED: {'; '.join(s.errors)}")
+            continue
+        ratio = f"{s.ratio_to_default:.3f}x" if s.ratio_to_default is not None else "-"
+        print(f"  {s.config:24} {s.latency_median_ms:9.2f} ms ({ratio} NCNN-Default)  peak RSS over idle "
+              f"{format_size(s.peak_over_idle_bytes or 0)}  max rel. error {s.max_rel_error:.1e}"
+              + ("" if s.ok else f"  FAILED: {'; '.join(s.errors)}"))
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip().startswith("{")]
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read device results {path}: {e}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True,
+                        help="comma-separated zoo names, bench:NAME, or model .json paths (python -m flexnn_ncnn.models --list)")
+    parser.add_argument("--budgets", type=parse_budgets, default=[], help="comma-separated budgets for FlexNN, e.g. 35MB,50MB,100MB")
+    parser.add_argument("--modes", default=None,
+                        help=f"runtime configurations ({', '.join(configs.RUNTIME_MODES)}); default with a runtime: "
+                             "flexnn,on-demand,swapnet")
+    parser.add_argument("--baselines", default=None,
+                        help=f"stock baselines to run ({', '.join(configs.STOCK_CONFIGS)}; default all; ncnn-default always runs)")
+    parser.add_argument("--ablation", action="store_true", help="also run the ablations at every budget")
+    parser.add_argument("--runtime-command", default=None,
+                        help="command template of the runtime's child; fields: " + ", ".join(
+                            "{" + f + "}" for f in configs.runtime_fields(configs.Configuration("flexnn"), configs.ChildSettings(Path()), Path())))
+    parser.add_argument("--threads", type=int, default=2, help="computing threads (default 2)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed inferences per process (default 3)")
+    parser.add_argument("--loops", type=int, default=10, help="timed inferences per process (default 10)")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved passes over the configurations (default 2)")
+    parser.add_argument("--seed", type=int, default=0, help="weight and input seed (default 0)")
+    parser.add_argument("--fp16", action="store_true",
+                        help="let NCNN use fp16 storage/arithmetic where the CPU has it (default off: fp32 math as the paper)")
+    parser.add_argument("--cpus", default="", help="computing CPUs for the children, e.g. 2,3 (default any)")
+    parser.add_argument("--tiny", action="store_true", help="tiny instances of the zoo models (smoke runs)")
+    parser.add_argument("--models-dir", type=Path, default=Path("bench-results/models"), help="model cache (default bench-results/models)")
+    parser.add_argument("--benchmark-dir", type=Path, default=DEFAULT_BENCHMARK_DIR, help="NCNN benchmark .param files for bench:NAME")
+    parser.add_argument("-o", "--output", type=Path, default=Path("bench-results"), help="report folder (default bench-results)")
+    parser.add_argument("--results-md", type=Path, default=Path("docs/RESULTS.md"), help="regenerated summary (default docs/RESULTS.md)")
+    parser.add_argument("--ingest", type=Path, default=None, metavar="DIR",
+                        help="report DIR/results.jsonl measured on a device instead of running here")
+    add_logging_args(parser)
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+    if args.loops < 1 or args.rounds < 1 or args.threads < 1 or args.warmup < 0:
+        raise UserError("--loops, --rounds and --threads must be at least 1, --warmup at least 0")
+
+    runtime = args.runtime_command or configs.RUNTIME_COMMAND
+    if args.modes is not None:
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    else:
+        modes = ["flexnn", "on-demand", "swapnet"] if runtime else []
+    if args.ablation:
+        modes += [m for m in configs.ABLATIONS if m not in modes]
+    if modes and not runtime:
+        raise UserError(f"{', '.join(modes)} run in the FlexNN runtime: pass --runtime-command (see docs/EVALUATION.md)")
+    if not modes:
+        log.warning("FlexNN, On-Demand and SwapNet need the runtime (--runtime-command): running the stock baselines only")
+    if any(m in configs.BUDGETED for m in modes) and not args.budgets:
+        raise UserError("FlexNN runs need --budgets, e.g. --budgets 35MB,50MB,100MB")
+    baselines = None if args.baselines is None else [b.strip() for b in args.baselines.split(",") if b.strip()]
+    for b in args.budgets:
+        print(f"budget {format_size(b)}")
+
+    failed: list[str] = []
+    for name in [n.strip() for n in args.model.split(",") if n.strip()]:
+        description = model_description(name, args.models_dir, args.seed, args.tiny, args.benchmark_dir)
+        stem = file_stem(description["name"])
+        settings = configs.ChildSettings(args.models_dir / f"{stem}.json" if not name.endswith(".json") else Path(name),
+                                         args.threads, args.warmup, args.loops, args.seed, args.fp16, args.cpus)
+        if args.ingest:
+            result = harness.ingest_records(description, _read_jsonl(args.ingest / "results.jsonl"), settings, args.ingest, args.fp16)
+        else:
+            result = harness.run_benchmark(description, configs.configurations(args.budgets, modes, baselines), settings, args.rounds,
+                                           runtime, workdir=args.output / "outputs" / stem)
+        path = report.write_model_report(result, args.output)
+        _print_summaries(result)
+        print(f"wrote {path}")
+        failed += [f"{description['name']} {r.config} (round {r.round}): {r.error}" for r in result.failures]
+    report.render_results_md(args.output, args.results_md)
+    print(f"wrote {args.results_md}")
+    if failed:
+        print(f"error: {len(failed)} configuration run(s) failed: " + "; ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

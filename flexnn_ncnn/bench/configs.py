@@ -1,0 +1,113 @@
+"""What the benchmark runs: each configuration is one child process printing one JSON line.
+
+Stock baselines (paper §5.1) run in bench/measure.py with the `ncnn` wheel. Everything the FlexNN
+runtime runs (FlexNN at a budget, its ablations, On-Demand, SwapNet-style block streaming) plugs
+in HERE, through one command template (`--runtime-command`, or RUNTIME_COMMAND below once the
+runtime ships a child): the template's tokens are formatted with the fields of `runtime_fields`,
+and the command must print the JSON line bench/measure.py documents.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..cli import UserError
+
+
+@dataclass(frozen=True)
+class StockOptions:
+    winograd: bool
+    sgemm: bool
+    packing: bool
+
+
+# NCNN-Default is first: every ratio is to it
+STOCK_CONFIGS = {
+    "ncnn-default": StockOptions(winograd=True, sgemm=True, packing=True),
+    "ncnn-direct": StockOptions(winograd=False, sgemm=False, packing=True),
+    "paper-parity": StockOptions(winograd=True, sgemm=True, packing=False),  # packing off, as the paper's NCNN 2023-03 runs
+}
+REFERENCE = "ncnn-default"
+
+# runtime modes; those in BUDGETED run once per budget, the others once
+RUNTIME_MODES = {
+    "flexnn": "FlexNN under the budget",
+    "flexnn-no-mem": "ablation w.o.mem: NCNN's own allocator instead of the planned arena",
+    "flexnn-no-preload": "ablation w.o.preload: each layer's weights loaded on demand",
+    "flexnn-no-both": "ablation w.o.both",
+    "on-demand": "On-Demand: load a layer's weights just before it runs, release after, no overlap",
+    "swapnet": "SwapNet-style: whole-layer blocks, two resident, next loaded while the current computes",
+}
+BUDGETED = ("flexnn", "flexnn-no-mem", "flexnn-no-preload", "flexnn-no-both")
+ABLATIONS = ("flexnn-no-mem", "flexnn-no-preload", "flexnn-no-both")
+
+# The runtime's child command, once it exists: e.g.
+#   "{python} -m flexnn_ncnn.bench.runtime_child --model {model} --mode {mode} --budget {budget} --threads {threads}
+#    --warmup {warmup} --loops {loops} --seed {seed} --fp16 {fp16} --outputs {outputs}"
+RUNTIME_COMMAND: str | None = None
+
+
+@dataclass(frozen=True)
+class Configuration:
+    family: str                 # a STOCK_CONFIGS key or a RUNTIME_MODES key
+    budget: int | None = None   # bytes, for BUDGETED modes
+
+    @property
+    def name(self) -> str:
+        return self.family if self.budget is None else f"{self.family}@{self.budget / 1e6:g}MB"
+
+    @property
+    def is_stock(self) -> bool:
+        return self.family in STOCK_CONFIGS
+
+
+@dataclass(frozen=True)
+class ChildSettings:
+    model_json: Path
+    threads: int = 2
+    warmup: int = 3
+    loops: int = 10
+    seed: int = 0
+    fp16: bool = False
+    cpus: str = ""              # computing CPUs ("" = any)
+
+
+def configurations(budgets: list[int], runtime_modes: list[str], baselines: list[str] | None = None) -> list[Configuration]:
+    """The stock baselines (NCNN-Default always, first), then each runtime mode (per budget where budgeted)."""
+    for name in baselines or []:
+        if name not in STOCK_CONFIGS:
+            raise UserError(f"unknown baseline {name!r}: {', '.join(STOCK_CONFIGS)}")
+    out = [Configuration(name) for name in STOCK_CONFIGS if name == REFERENCE or baselines is None or name in baselines]
+    for mode in runtime_modes:
+        if mode not in RUNTIME_MODES:
+            raise UserError(f"unknown configuration {mode!r}: {', '.join(RUNTIME_MODES)}")
+        out += [Configuration(mode, b) for b in budgets] if mode in BUDGETED else [Configuration(mode)]
+    return out
+
+
+def runtime_fields(config: Configuration, settings: ChildSettings, outputs: Path) -> dict[str, str]:
+    """What a runtime command template may use; `{budget}` is bytes, empty for unbudgeted modes."""
+    return {"python": sys.executable, "model": str(settings.model_json), "mode": config.family,
+            "budget": "" if config.budget is None else str(config.budget), "threads": str(settings.threads),
+            "warmup": str(settings.warmup), "loops": str(settings.loops), "seed": str(settings.seed),
+            "fp16": "1" if settings.fp16 else "0", "cpus": settings.cpus, "outputs": str(outputs)}
+
+
+def child_command(config: Configuration, settings: ChildSettings, outputs: Path, runtime_command: str | None) -> list[str]:
+    if config.is_stock:
+        command = [sys.executable, "-m", "flexnn_ncnn.bench.measure", "--model", str(settings.model_json),
+                   "--config", config.family, "--threads", str(settings.threads), "--warmup", str(settings.warmup),
+                   "--loops", str(settings.loops), "--seed", str(settings.seed), "--outputs", str(outputs)]
+        return command + (["--fp16"] if settings.fp16 else []) + (["--cpus", settings.cpus] if settings.cpus else [])
+    template = runtime_command or RUNTIME_COMMAND
+    if template is None:
+        raise UserError(f"{config.name} needs the FlexNN runtime: pass --runtime-command (see docs/EVALUATION.md)")
+    fields = runtime_fields(config, settings, outputs)
+    try:
+        # split first, so a path with spaces stays one argument
+        return [token.format(**fields) for token in shlex.split(template)]
+    except (KeyError, ValueError) as e:
+        raise UserError(f"--runtime-command {template!r}: {e} (fields: {', '.join(fields)})") from None

@@ -1,0 +1,347 @@
+"""The benchmark's orchestration: every configuration in its own child process, rounds interleaved,
+memory sampled from outside, every output checked against stock NCNN.
+
+Invariants: NCNN-Default runs first in every round, so each ratio compares samples from the same
+rounds; the weight file is evicted from the page cache before each child, so every child starts
+cold; a child that crashes, prints no JSON line, or returns outputs off the oracle by more than the
+tolerance is a failure, and the run as a whole fails.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from ..ncnn_model.stock import run_stock
+from . import pagecache
+from .configs import REFERENCE, ChildSettings, Configuration, child_command
+from .device import to_record
+from .measure import model_inputs, status_bytes
+
+log = logging.getLogger(__name__)
+
+FP32_TOLERANCE = 1e-4  # max |got - ref| <= this x max |ref| (DESIGN.md §5)
+FP16_TOLERANCE = 1e-2  # NCNN's fp16 storage rounds weights and activations to 11 bits
+SAMPLE_SECONDS = 0.005
+# optional fields a runtime child may report for the overhead table (paper Table 2): medians across runs
+OVERHEAD_FIELDS = ("slice_ms", "prepare_ms", "plan_ms", "transformed_weight_bytes")
+REQUIRED_FIELDS = ("config", "latency_ms", "rss_idle_bytes", "vm_hwm_bytes", "hwm_reset", "outputs_npz")
+
+
+@dataclass
+class ChildRun:
+    """One child process: its JSON record and what the parent saw from outside."""
+
+    config: str
+    family: str
+    budget: int | None
+    round: int
+    returncode: int
+    record: dict[str, Any] | None = None
+    sampled_rss_peak_bytes: int | None = None   # None where the parent could not sample (device runs)
+    page_cache_peak_bytes: int | None = None
+    weight_files: list[str] = field(default_factory=list)  # whose page cache was counted
+    max_rel_error: float | None = None
+    load_average: float | None = None          # the machine's 1-minute load when the child started
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+@dataclass
+class Summary:
+    """A configuration over all its rounds: pooled latency samples, worst-case memory."""
+
+    config: str
+    family: str
+    budget: int | None
+    ok: bool
+    runs: int
+    latency_median_ms: float | None = None
+    latency_p10_ms: float | None = None
+    latency_p90_ms: float | None = None
+    latency_min_ms: float | None = None
+    latency_max_ms: float | None = None
+    ratio_to_default: float | None = None
+    load_ms: float | None = None
+    peak_over_idle_bytes: int | None = None          # memory (b): VmHWM - RSS before loading
+    sampled_over_idle_bytes: int | None = None       # memory (b) cross-check: the parent's RSS samples
+    hwm_reset: bool | None = None
+    page_cache_peak_bytes: int | None = None         # memory (c): the weight file's resident pages
+    counted_bytes: int | None = None                 # memory (a): the runtime's own count, if it reports one
+    load_wait_median_ms: float | None = None
+    max_rel_error: float | None = None
+    overhead: dict[str, float] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BenchResult:
+    model: dict[str, Any]
+    settings: dict[str, Any]
+    runs: list[ChildRun]
+    summaries: list[Summary]
+
+    @property
+    def failures(self) -> list[ChildRun]:
+        return [r for r in self.runs if not r.ok]
+
+    @property
+    def max_load_average(self) -> float | None:
+        loads = [r.load_average for r in self.runs if r.load_average is not None]
+        return max(loads) if loads else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": {k: str(v) if isinstance(v, Path) else v for k, v in self.model.items()},
+                "settings": self.settings, "max_load_average": self.max_load_average, "summaries": [asdict(s) for s in self.summaries],
+                "runs": [asdict(r) for r in self.runs]}
+
+
+class _Sampler(threading.Thread):
+    """Polls a child's VmRSS every `interval`, and the page cache of the weight files less often, so
+    that sampling costs at most ~1/CACHE_COST_RATIO of a core (mincore on 100 MB takes ~2 ms); keeps
+    the maxima. Weight files: the model's .bin, and any .bin the child holds open (a runtime child
+    streams from its sliced model)."""
+
+    CACHE_MIN_INTERVAL = 0.1
+    CACHE_COST_RATIO = 50
+
+    def __init__(self, pid: int, weight_file: Path, interval: float) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.interval = pid, interval
+        self.weight_files = {weight_file}
+        self.rss_peak = self.cache_peak = 0
+        self.stop = threading.Event()
+
+    def _open_weight_files(self) -> None:
+        try:
+            fds = os.listdir(f"/proc/{self.pid}/fd")
+        except OSError:
+            return  # exited
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{self.pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.endswith(".bin"):
+                self.weight_files.add(Path(target))
+
+    def _sample_cache(self) -> float:
+        """Samples the page cache; returns how long to wait before the next cache sample."""
+        start = time.perf_counter()
+        self._open_weight_files()
+        cached = 0
+        for path in self.weight_files:
+            try:
+                cached += pagecache.resident_bytes(path)
+            except OSError:
+                pass  # removed meanwhile: it holds no cache
+        self.cache_peak = max(self.cache_peak, cached)
+        return max(self.CACHE_MIN_INTERVAL, (time.perf_counter() - start) * self.CACHE_COST_RATIO)
+
+    def run(self) -> None:
+        next_cache = 0.0
+        while True:
+            self.rss_peak = max(self.rss_peak, status_bytes("VmRSS", self.pid))
+            if time.perf_counter() >= next_cache:
+                next_cache = time.perf_counter() + self._sample_cache()
+            if self.stop.wait(self.interval):
+                self._sample_cache()  # the child has exited: what it left in the cache
+                return
+
+
+def relative_error(ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> float:
+    """max over outputs of max |got - ref| / max |ref|; a missing or reshaped output is an error."""
+    worst = 0.0
+    for name, r in ref.items():
+        if name not in got:
+            raise ValueError(f"output {name} is missing")
+        g = got[name]
+        if g.shape != r.shape:
+            raise ValueError(f"output {name} has shape {g.shape}, stock NCNN's is {r.shape}")
+        scale = float(np.abs(r).max()) if r.size else 0.0
+        diff = float(np.abs(g - r).max()) if r.size else 0.0
+        err = diff / scale if scale else diff
+        worst = max(worst, err if np.isfinite(err) else float("inf"))
+    return worst
+
+
+def _parse_record(stdout: str) -> dict[str, Any]:
+    """The child's last stdout line, which must be a JSON object with every required field."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("printed no JSON line")
+    try:
+        record = json.loads(lines[-1])
+    except ValueError:
+        raise ValueError(f"last line is not JSON: {lines[-1][:200]!r}") from None
+    missing = [k for k in REQUIRED_FIELDS if not isinstance(record, dict) or k not in record]
+    if missing:
+        raise ValueError(f"JSON line lacks {', '.join(missing)}")
+    if not record["latency_ms"]:
+        raise ValueError("latency_ms is empty")
+    return record
+
+
+def run_child(config: Configuration, settings: ChildSettings, description: dict[str, Any], oracle: dict[str, np.ndarray],
+              tolerance: float, workdir: Path, round_: int, runtime_command: str | None,
+              sample_seconds: float = SAMPLE_SECONDS) -> ChildRun:
+    outputs = workdir / f"{config.name.replace('@', '_')}.r{round_}.npz"
+    command = child_command(config, settings, outputs, runtime_command)
+    weight_file = Path(description["bin"])
+    pagecache.evict(weight_file)
+    load_average = os.getloadavg()[0]
+    log.info("%s (round %d): %s", config.name, round_, " ".join(command))
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = _Sampler(proc.pid, weight_file, sample_seconds)
+    sampler.start()
+    try:
+        stdout, stderr = proc.communicate()
+    finally:
+        if proc.poll() is None:  # interrupted: never leave a child running
+            proc.kill()
+            proc.wait()
+        sampler.stop.set()
+        sampler.join()
+    run = ChildRun(config.name, config.family, config.budget, round_, proc.returncode,
+                   sampled_rss_peak_bytes=sampler.rss_peak, page_cache_peak_bytes=sampler.cache_peak,
+                   weight_files=sorted(map(str, sampler.weight_files)), load_average=load_average)
+    if proc.returncode != 0:
+        tail = " | ".join(stderr.strip().splitlines()[-3:])
+        run.error = f"exited with code {proc.returncode}: {tail or '(no stderr)'}"
+        return run
+    try:
+        run.record = _parse_record(stdout)
+    except ValueError as e:
+        run.error = str(e)
+        return run
+    check_outputs(run, oracle, tolerance)
+    return run
+
+
+def load_outputs(path: Path) -> dict[str, np.ndarray]:
+    """A child's outputs: an .npz, or a folder of BLOB.npy files (what the device binary writes)."""
+    if path.is_dir():
+        return {p.stem: np.load(p) for p in sorted(path.glob("*.npy"))}
+    with np.load(path) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def check_outputs(run: ChildRun, oracle: dict[str, np.ndarray], tolerance: float, base: Path | None = None) -> None:
+    """Sets `run.max_rel_error`, and `run.error` when the outputs are unreadable or off the oracle."""
+    assert run.record is not None
+    path = Path(run.record["outputs_npz"])
+    try:
+        run.max_rel_error = relative_error(oracle, load_outputs(path if base is None else base / path))
+    except (ValueError, OSError) as e:
+        run.error = f"outputs {path}: {e}"
+        return
+    if not run.max_rel_error <= tolerance:
+        run.error = f"wrong output: max relative error {run.max_rel_error:.3g} > {tolerance:g} against stock NCNN"
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q))
+
+
+def summarise(runs: list[ChildRun], configs: list[Configuration]) -> list[Summary]:
+    summaries = []
+    for config in configs:
+        mine = [r for r in runs if r.config == config.name]
+        good = [r for r in mine if r.ok and r.record]
+        s = Summary(config.name, config.family, config.budget, ok=bool(mine) and len(good) == len(mine), runs=len(mine),
+                    errors=[f"round {r.round}: {r.error}" for r in mine if not r.ok])
+        if good:
+            latencies = [v for r in good for v in r.record["latency_ms"]]
+            s.latency_median_ms = statistics.median(latencies)
+            s.latency_p10_ms, s.latency_p90_ms = _percentile(latencies, 10), _percentile(latencies, 90)
+            s.latency_min_ms, s.latency_max_ms = min(latencies), max(latencies)
+            loads = [r.record["load_ms"] for r in good if r.record.get("load_ms") is not None]
+            s.load_ms = statistics.median(loads) if loads else None
+            s.peak_over_idle_bytes = max(r.record["vm_hwm_bytes"] - r.record["rss_idle_bytes"] for r in good)
+            sampled = [r.sampled_rss_peak_bytes - r.record["rss_idle_bytes"] for r in good if r.sampled_rss_peak_bytes is not None]
+            s.sampled_over_idle_bytes = max(sampled) if sampled else None
+            s.hwm_reset = all(r.record["hwm_reset"] for r in good)
+            cached = [r.page_cache_peak_bytes for r in good if r.page_cache_peak_bytes is not None]
+            s.page_cache_peak_bytes = max(cached) if cached else None
+            counted = [r.record["counted_bytes"] for r in good if "counted_bytes" in r.record]
+            s.counted_bytes = max(counted) if counted else None
+            waits = [v for r in good for v in r.record.get("load_wait_ms", [])]
+            s.load_wait_median_ms = statistics.median(waits) if waits else None
+            s.max_rel_error = max(r.max_rel_error for r in good)
+            for key in OVERHEAD_FIELDS:
+                values = [r.record[key] for r in good if r.record.get(key) is not None]
+                if values:
+                    s.overhead[key] = statistics.median(values)
+        summaries.append(s)
+    reference = next((s for s in summaries if s.config == REFERENCE), None)
+    if reference and reference.latency_median_ms:
+        for s in summaries:
+            if s.latency_median_ms is not None:
+                s.ratio_to_default = s.latency_median_ms / reference.latency_median_ms
+    return summaries
+
+
+def ingest_records(description: dict[str, Any], records: list[dict[str, Any]], settings: ChildSettings, base: Path,
+                   fp16: bool = False) -> BenchResult:
+    """Results measured elsewhere (a device): results.jsonl lines as scripts/adb_bench.sh writes them
+    (bench/device.py), outputs relative to `base`; checked against the host's stock NCNN like local runs."""
+    tolerance = FP16_TOLERANCE if fp16 else FP32_TOLERANCE
+    oracle = oracle_outputs(description, settings.seed)
+    runs, configs = [], []
+    for i, line in enumerate(records):
+        record = to_record(line)
+        config = Configuration(record["mode"], record["budget"])
+        if config not in configs:
+            configs.append(config)
+        run = ChildRun(config.name, config.family, config.budget, int(line.get("round", 0)), 0)
+        try:
+            run.record = _parse_record(json.dumps(record))
+        except ValueError as e:
+            run.error = f"record {i + 1}: {e}"
+        else:
+            check_outputs(run, oracle, tolerance, base)
+        runs.append(run)
+    settings_json = {**asdict(settings), "model_json": str(settings.model_json), "rounds": 1, "tolerance": tolerance,
+                     "sample_seconds": None}
+    return BenchResult(description, settings_json, runs, summarise(runs, configs))
+
+
+def oracle_outputs(description: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
+    """Stock NCNN (the wheel), fp32 math, one thread: the reference no one here wrote."""
+    return run_stock(description["param"], description["bin"], model_inputs(description, seed), description["outputs"])
+
+
+def run_benchmark(description: dict[str, Any], configs: list[Configuration], settings: ChildSettings, rounds: int,
+                  runtime_command: str | None = None, workdir: Path | None = None,
+                  sample_seconds: float = SAMPLE_SECONDS) -> BenchResult:
+    """`rounds` passes over `configs` in order (NCNN-Default first), each configuration a child process."""
+    tolerance = FP16_TOLERANCE if settings.fp16 else FP32_TOLERANCE
+    oracle = oracle_outputs(description, settings.seed)
+    runs: list[ChildRun] = []
+    with tempfile.TemporaryDirectory(prefix="flexnn-bench-") as tmp:
+        out = workdir or Path(tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        steps = [(r, c) for r in range(rounds) for c in configs]
+        for round_, config in tqdm(steps, desc=f"bench {description['name']}", unit="run", disable=len(steps) < 2):
+            run = run_child(config, settings, description, oracle, tolerance, out, round_, runtime_command, sample_seconds)
+            if not run.ok:
+                log.error("%s (round %d) failed: %s", run.config, round_, run.error)
+            runs.append(run)
+    settings_json = {**asdict(settings), "model_json": str(settings.model_json), "rounds": rounds,
+                     "tolerance": tolerance, "sample_seconds": sample_seconds}
+    return BenchResult(description, settings_json, runs, summarise(runs, configs))

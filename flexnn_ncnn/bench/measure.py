@@ -1,0 +1,137 @@
+"""`python -m flexnn_ncnn.bench.measure`: one configuration in this process; prints one JSON line.
+
+The child side of the benchmark harness (bench/harness.py). Memory (b) is VmHWM minus the RSS
+before the model is loaded: imports and inputs are done first, then VmHWM is reset to the current
+RSS (/proc/self/clear_refs 5) so the peak is this model's. Latency: W warm-ups, then N timed
+inferences (a fresh extractor each, as benchncnn). Outputs go to an .npz the harness checks.
+
+The JSON line (the protocol every child follows, runtime children included; see docs/EVALUATION.md):
+  config, latency_ms [N floats], load_ms, rss_idle_bytes, vm_hwm_bytes, hwm_reset, outputs_npz
+  and optionally counted_bytes (memory (a)), load_wait_ms [N floats], arena_bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..cli import UserError, add_logging_args, run_main, setup_logging
+from .configs import STOCK_CONFIGS, StockOptions
+
+FP16_FLAGS = ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic", "use_bf16_storage", "use_bf16_packed")
+
+
+def status_bytes(field: str, pid: int | str = "self") -> int:
+    """A `VmRSS`/`VmHWM` line of /proc/PID/status in bytes; 0 once the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def reset_peak_rss() -> bool:
+    """Restart VmHWM from the current RSS (Linux clear_refs 5); False where the kernel refuses."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def model_inputs(description: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
+    """Seeded standard-normal inputs in NCNN's batch-less shapes, the same in every process."""
+    rng = np.random.default_rng(seed)
+    return {i["name"]: rng.standard_normal(i["shape"]).astype(np.float32) for i in description["inputs"]}
+
+
+def _stock_net(param: Path, bin_: Path, options: StockOptions, threads: int, fp16: bool):
+    import ncnn  # type: ignore[import-not-found]
+    net = ncnn.Net()
+    net.opt.use_vulkan_compute = False
+    net.opt.num_threads = threads
+    net.opt.use_winograd_convolution = options.winograd
+    net.opt.use_sgemm_convolution = options.sgemm
+    net.opt.use_packing_layout = options.packing
+    if not fp16:
+        for flag in FP16_FLAGS:
+            setattr(net.opt, flag, False)
+    if net.load_param(str(param)) != 0 or net.load_model(str(bin_)) != 0:
+        raise UserError(f"stock NCNN cannot load {param} / {bin_}")
+    return net
+
+
+def _stock_forward(net, inputs: dict[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
+    import ncnn  # type: ignore[import-not-found]
+    ex = net.create_extractor()
+    for name, array in inputs.items():
+        ex.input(name, ncnn.Mat(array))
+    out = {}
+    for name in outputs:
+        ret, mat = ex.extract(name)
+        if ret != 0:
+            raise UserError(f"stock NCNN failed to compute blob {name} (code {ret})")
+        out[name] = np.array(mat, dtype=np.float32, copy=True)
+    return out
+
+
+def measure_stock(description: dict[str, Any], config: str, threads: int, warmup: int, loops: int, seed: int,
+                  fp16: bool, outputs_npz: Path) -> dict[str, Any]:
+    """One stock-NCNN baseline: its options from STOCK_CONFIGS, the model loaded once."""
+    import ncnn  # noqa: F401  (imported before the idle RSS is read)
+    inputs = model_inputs(description, seed)
+    rss_idle = status_bytes("VmRSS")
+    hwm_reset = reset_peak_rss()
+    start = time.perf_counter()
+    net = _stock_net(description["param"], description["bin"], STOCK_CONFIGS[config], threads, fp16)
+    load_ms = (time.perf_counter() - start) * 1e3
+    for _ in range(warmup):
+        _stock_forward(net, inputs, description["outputs"])
+    latencies = []
+    for _ in range(loops):
+        start = time.perf_counter()
+        outputs = _stock_forward(net, inputs, description["outputs"])
+        latencies.append((time.perf_counter() - start) * 1e3)
+    vm_hwm = status_bytes("VmHWM")
+    np.savez(outputs_npz, **outputs)
+    return {"config": config, "latency_ms": latencies, "load_ms": load_ms, "rss_idle_bytes": rss_idle,
+            "vm_hwm_bytes": vm_hwm, "hwm_reset": hwm_reset, "outputs_npz": str(outputs_npz)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ..models import read_description
+    parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.bench.measure", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True, help="the model's .json (python -m flexnn_ncnn.models)")
+    parser.add_argument("--config", choices=sorted(STOCK_CONFIGS), required=True, help="which baseline")
+    parser.add_argument("--threads", type=int, default=2, help="computing threads (default 2)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed inferences first (default 3)")
+    parser.add_argument("--loops", type=int, default=10, help="timed inferences (default 10)")
+    parser.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    parser.add_argument("--fp16", action="store_true", help="NCNN's default fp16 storage/arithmetic where the CPU has it")
+    parser.add_argument("--cpus", default="", help="comma-separated CPUs to run on (default: any)")
+    parser.add_argument("--outputs", type=Path, required=True, help="the .npz to write the outputs to")
+    add_logging_args(parser)
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+    if args.loops < 1 or args.warmup < 0 or args.threads < 1:
+        raise UserError("--loops and --threads must be at least 1, --warmup at least 0")
+    if args.cpus:
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
+    result = measure_stock(read_description(args.model), args.config, args.threads, args.warmup, args.loops, args.seed,
+                           args.fp16, args.outputs)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,186 @@
+"""Benchmark reports: per model STEM.results.json (everything), STEM.csv (one row per configuration),
+STEM.png (latency against peak RSS over idle: baselines as points, each budgeted mode as a curve),
+and docs/RESULTS.md regenerated from every STEM.results.json in the output folder.
+
+`python -m flexnn_ncnn.bench.report OUTDIR [--results-md PATH]` regenerates RESULTS.md alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import logging
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..cli import add_logging_args, run_main, setup_logging
+from ..models import file_stem
+from ..ncnn_model.files import atomic_write
+from .configs import BUDGETED, RUNTIME_MODES, STOCK_CONFIGS
+from .harness import OVERHEAD_FIELDS, BenchResult
+
+log = logging.getLogger(__name__)
+
+RESULTS_SUFFIX = ".results.json"
+CSV_COLUMNS = ("config", "family", "budget", "ok", "runs", "latency_median_ms", "latency_p10_ms", "latency_p90_ms",
+               "latency_min_ms", "latency_max_ms", "ratio_to_default", "load_ms", "peak_over_idle_bytes",
+               "sampled_over_idle_bytes", "hwm_reset", "page_cache_peak_bytes", "counted_bytes", "load_wait_median_ms",
+               "max_rel_error")
+
+
+def machine_description() -> dict[str, str]:
+    """What the numbers were measured on."""
+    cpu = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
+                if line.startswith(("model name", "Model", "Hardware"))), platform.machine())
+    mem = next((line.split(":", 1)[1].strip() for line in _read("/proc/meminfo").splitlines()
+                if line.startswith("MemTotal")), "?")
+    try:
+        import ncnn  # type: ignore[import-not-found]
+        ncnn_version = ncnn.__version__
+    except ImportError:
+        ncnn_version = "not installed"
+    return {"cpu": cpu, "cores": str(os.cpu_count()), "memory": mem, "os": f"{platform.system()} {platform.release()}",
+            "python": platform.python_version(), "ncnn wheel": ncnn_version}
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _mb(n: int | float | None) -> str:
+    return "-" if n is None else f"{n / 1e6:.1f}"
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def write_csv(summaries: list[dict[str, Any]], path: Path) -> None:
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(summaries)
+    atomic_write(path, lambda f: f.write(text.getvalue().encode()))
+
+
+def plot(result: dict[str, Any], path: Path) -> bool:
+    """Latency against peak RSS over idle; False (with a log line) when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed (pip install matplotlib): no plot for %s", result["model"]["name"])
+        return False
+    ok = [s for s in result["summaries"] if s["latency_median_ms"] is not None]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for s in ok:
+        if s["family"] not in BUDGETED:
+            ax.scatter(s["peak_over_idle_bytes"] / 1e6, s["latency_median_ms"], label=s["config"], zorder=3)
+    for family in BUDGETED:
+        curve = sorted((s for s in ok if s["family"] == family), key=lambda s: s["budget"])
+        if curve:
+            ax.plot([s["peak_over_idle_bytes"] / 1e6 for s in curve], [s["latency_median_ms"] for s in curve],
+                    marker="o", label=family)
+    ax.set_xlabel("peak RSS over idle (MB)")
+    ax.set_ylabel("latency, median (ms)")
+    ax.set_title(f"{result['model']['name']}: latency vs memory")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return True
+
+
+def write_model_report(result: BenchResult, outdir: Path) -> Path:
+    """STEM.results.json, STEM.csv and STEM.png for one model; returns the .results.json path."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    data = result.to_json()
+    data["machine"] = machine_description()
+    stem = file_stem(result.model["name"])
+    json_path = outdir / f"{stem}{RESULTS_SUFFIX}"
+    atomic_write(json_path, lambda f: f.write((json.dumps(data, indent=1) + "\n").encode()))
+    write_csv(data["summaries"], outdir / f"{stem}.csv")
+    plot(data, outdir / f"{stem}.png")
+    return json_path
+
+
+def _model_section(data: dict[str, Any], outdir: Path, md_dir: Path) -> list[str]:
+    model, settings = data["model"], data["settings"]
+    stem = file_stem(model["name"])
+    lines = [f"## {model['name']}", "",
+             f"{model.get('description', '')}; weights {model.get('storage', '?')}, seed {model.get('seed', '?')}. "
+             f"{settings['threads']} threads, {settings['warmup']} warm-ups, {settings['loops']} timed loops x "
+             f"{settings['rounds']} interleaved rounds; outputs checked against stock NCNN at {settings['tolerance']:g}.", ""]
+    # the children themselves keep the load near `threads`; more means other processes competed for the cores
+    load = data.get("max_load_average")
+    if load is not None and load > settings["threads"] + 1:
+        lines += [f"**Timing is unreliable here**: the load average reached {load:.1f} on {os.cpu_count()} cores with "
+                  f"{settings['threads']} computing threads (other processes took cores). Memory figures are unaffected.", ""]
+    lines += ["| configuration | ok | latency median ms (p10-p90) | x NCNN-Default | peak RSS over idle MB | sampled MB "
+              "| page cache MB | counted MB | load ms | max rel. error |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in data["summaries"]:
+        spread = "-" if s["latency_p10_ms"] is None else f"{_ms(s['latency_median_ms'])} ({_ms(s['latency_p10_ms'])}-{_ms(s['latency_p90_ms'])})"
+        ratio = "-" if s["ratio_to_default"] is None else f"{s['ratio_to_default']:.3f}"
+        err = "-" if s["max_rel_error"] is None else f"{s['max_rel_error']:.1e}"
+        lines.append(f"| {s['config']} | {'yes' if s['ok'] else 'FAILED'} | {spread} | {ratio} | {_mb(s['peak_over_idle_bytes'])} "
+                     f"| {_mb(s['sampled_over_idle_bytes'])} | {_mb(s['page_cache_peak_bytes'])} | {_mb(s['counted_bytes'])} "
+                     f"| {_ms(s['load_ms'])} | {err} |")
+    with_overhead = [s for s in data["summaries"] if s.get("overhead")]
+    if with_overhead:
+        lines += ["", "| configuration | " + " | ".join(OVERHEAD_FIELDS) + " |", "|---|" + "---|" * len(OVERHEAD_FIELDS)]
+        lines += [f"| {s['config']} | " + " | ".join(f"{s['overhead'][k]:g}" if k in s["overhead"] else "-" for k in OVERHEAD_FIELDS)
+                  + " |" for s in with_overhead]
+    failures = [e for s in data["summaries"] for e in (f"{s['config']}: {x}" for x in s["errors"])]
+    if failures:
+        lines += ["", "Failures:", ""] + [f"- {f}" for f in failures]
+    png = outdir / f"{stem}.png"
+    if png.exists():
+        lines += ["", f"![{model['name']}]({os.path.relpath(png, md_dir)})"]
+    return lines + [""]
+
+
+def render_results_md(outdir: Path, md_path: Path) -> None:
+    """docs/RESULTS.md from every STEM.results.json in `outdir`, newest machine description first."""
+    results = [json.loads(p.read_text()) for p in sorted(outdir.glob(f"*{RESULTS_SUFFIX}"))]
+    lines = ["# Results", "",
+             "Generated by `python -m flexnn_ncnn.bench` (do not edit by hand; docs/EVALUATION.md says what each column means).",
+             ""]
+    if results:
+        lines += ["Machine: " + "; ".join(f"{k} {v}" for k, v in results[-1].get("machine", {}).items()), ""]
+    missing = sorted(set(RUNTIME_MODES) - {s["family"] for d in results for s in d["summaries"]})
+    if missing:
+        lines += [f"Not measured in these runs: {', '.join(missing)} (they run in the FlexNN runtime).", ""]
+    lines += ["Baselines: " + ", ".join(STOCK_CONFIGS) + ".", ""]
+    for data in results:
+        lines += _model_section(data, outdir, md_path.parent)
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(md_path, lambda f: f.write("\n".join(lines).encode()))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.bench.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("outdir", type=Path, help="the benchmark's output folder (with STEM.results.json files)")
+    parser.add_argument("--results-md", type=Path, default=Path("docs/RESULTS.md"), help="where to write (default docs/RESULTS.md)")
+    add_logging_args(parser)
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+    render_results_md(args.outdir, args.results_md)
+    print(f"wrote {args.results_md}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,218 @@
+"""`python -m flexnn_ncnn.models NAME... -o DIR`: the paper's evaluation models as NCNN files, seeded.
+
+Zoo models are the plain-torch definitions in flexnn_ncnn/zoo, initialised from `--seed` and
+exported with pnnx (fp32 weights unless --fp16); `bench:NAME` is a structure from NCNN's benchmark
+folder with seeded random weights (randbin). Each NAME writes DIR/NAME.param, DIR/NAME.bin and
+DIR/NAME.json (input blob and shape, output blobs, storage, seed), the .json last: a model whose
+.json exists is complete. `--tiny` builds small instances of the same architectures (smoke runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from tqdm import tqdm
+
+from .cli import UserError, add_logging_args, run_main, setup_logging
+from .ncnn_model import Graph, read_param
+from .ncnn_model.files import atomic_write, atomic_write_all
+from .ncnn_model.random_weights import random_modelbin
+from .ncnn_model.shapes import declared_input_shapes
+from .units import format_size
+
+log = logging.getLogger(__name__)
+
+BENCH_PREFIX = "bench:"
+# the shared material beside a checkout (DESIGN.md §5); users point --benchmark-dir elsewhere
+DEFAULT_BENCHMARK_DIR = Path(__file__).resolve().parents[2] / "shared" / "models" / "ncnn-benchmark"
+GPT2_SEQ_LEN = 128
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    """A zoo architecture at the paper's size and as a tiny instance; shapes are torch's, batch 1."""
+
+    description: str
+    make: Callable[[], Any]
+    input_shape: tuple[int, ...]
+    make_tiny: Callable[[], Any]
+    tiny_input_shape: tuple[int, ...]
+
+
+def _zoo() -> dict[str, ZooModel]:
+    from .zoo.models import gpt2, mobilenet_v2, resnet, squeezenet, vgg19, vit
+    return {
+        "vgg19": ZooModel("VGG-19 (config E), 224x224", vgg19, (1, 3, 224, 224),
+                          lambda: vgg19(width=1 / 8, fc_dim=64, pool_size=1, num_classes=10), (1, 3, 32, 32)),
+        "resnet152": ZooModel("ResNet-152 (bottleneck), 224x224", lambda: resnet(152), (1, 3, 224, 224),
+                              lambda: resnet(50, width=8, num_classes=10), (1, 3, 32, 32)),
+        "mobilenetv2": ZooModel("MobileNetV2 (width 1.0), 224x224", mobilenet_v2, (1, 3, 224, 224),
+                                lambda: mobilenet_v2(width=0.25, num_classes=10), (1, 3, 32, 32)),
+        "squeezenet": ZooModel("SqueezeNet 1.0, 224x224", squeezenet, (1, 3, 224, 224),
+                               lambda: squeezenet(width=0.25, num_classes=10), (1, 3, 64, 64)),
+        "vit_b16": ZooModel("ViT-B/16, 384x384", lambda: vit(image_size=384), (1, 3, 384, 384),
+                            lambda: vit(image_size=32, patch=8, dim=64, depth=2, heads=4, mlp_dim=128, num_classes=10),
+                            (1, 3, 32, 32)),
+        "gpt2": ZooModel(f"GPT-2 small decoder, {GPT2_SEQ_LEN} token embeddings in, last position's logits out",
+                         lambda: gpt2(seq_len=GPT2_SEQ_LEN), (1, GPT2_SEQ_LEN, 768),
+                         lambda: gpt2(seq_len=8, vocab=100, context=16, dim=32, depth=2, heads=4), (1, 8, 32)),
+    }
+
+
+ZOO_NAMES = ("vgg19", "resnet152", "mobilenetv2", "squeezenet", "vit_b16", "gpt2")
+
+
+def file_stem(name: str) -> str:
+    """The file name a model is written under: `bench:resnet50` -> `bench-resnet50`."""
+    return name.replace(":", "-")
+
+
+def benchmark_names(benchmark_dir: Path) -> list[str]:
+    return sorted(f"{BENCH_PREFIX}{p.stem}" for p in benchmark_dir.glob("*.param")) if benchmark_dir.is_dir() else []
+
+
+@contextlib.contextmanager
+def _native_output_to(log_path: Path) -> Iterator[None]:
+    """Send what native code (pnnx) writes to fds 1 and 2 into `log_path`; shown only on failure."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(log_path, "wb") as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def _io_description(graph: Graph, input_shapes: dict[str, tuple[int, ...]], where: str) -> dict[str, Any]:
+    missing = [b for b in graph.inputs if b not in input_shapes]
+    if missing:
+        raise UserError(f"{where}: no input shape known for blob(s) {', '.join(missing)}")
+    return {"inputs": [{"name": b, "shape": list(input_shapes[b])} for b in graph.inputs], "outputs": graph.outputs}
+
+
+def _export_zoo(spec: ZooModel, outdir: Path, stem: str, seed: int, fp16: bool, tiny: bool) -> dict[str, Any]:
+    import torch
+
+    from .zoo import export_ncnn
+    torch.manual_seed(seed)
+    model = spec.make_tiny() if tiny else spec.make()
+    shape = spec.tiny_input_shape if tiny else spec.input_shape
+    parameters = sum(p.numel() for p in model.parameters())
+    with tempfile.TemporaryDirectory(prefix=f".{stem}.", dir=outdir) as tmp:
+        pnnx_log = Path(tmp) / "pnnx.log"
+        try:
+            with _native_output_to(pnnx_log):
+                param, bin_ = export_ncnn(model, shape, tmp, stem, fp16=fp16)
+        except Exception:
+            log.error("pnnx output:\n%s", pnnx_log.read_text(errors="replace")[-4000:])
+            raise
+        # every zoo model has one input (pnnx names it first); NCNN's blob shape is torch's without the batch
+        graph = Graph.build(read_param(param))
+        io = _io_description(graph, {graph.inputs[0]: tuple(shape[1:])}, stem)
+        os.replace(param, outdir / f"{stem}.param")
+        os.replace(bin_, outdir / f"{stem}.bin")
+    return {"source": "zoo", "description": spec.description + (" (tiny instance)" if tiny else ""),
+            "parameters": parameters, **io}
+
+
+def _randomise_benchmark(name: str, benchmark_dir: Path, outdir: Path, stem: str, seed: int, fp16: bool) -> dict[str, Any]:
+    source = benchmark_dir / f"{name[len(BENCH_PREFIX):]}.param"
+    if not source.is_file():
+        known = ", ".join(benchmark_names(benchmark_dir)) or f"none: {benchmark_dir} has no .param files"
+        raise UserError(f"{name}: no {source.name} in {benchmark_dir} (known: {known})")
+    param = read_param(source)
+    graph = Graph.build(param)
+    io = _io_description(graph, {b: s.numpy() for b, s in declared_input_shapes(param, graph).items()}, str(source))
+    modelbin = random_modelbin(param, seed, "fp16" if fp16 else "fp32")
+    atomic_write_all({outdir / f"{stem}.param": lambda f: f.write(source.read_bytes()),
+                      outdir / f"{stem}.bin": modelbin.write})
+    return {"source": f"ncnn-benchmark {source}", "description": f"NCNN benchmark structure {source.stem}, random weights", **io}
+
+
+def generate(name: str, outdir: Path, seed: int = 0, fp16: bool = False, tiny: bool = False,
+             benchmark_dir: Path = DEFAULT_BENCHMARK_DIR) -> Path:
+    """Write `outdir/STEM.{param,bin,json}` for `name`; returns the .json path (written last)."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    stem = file_stem(name)
+    if name.startswith(BENCH_PREFIX):
+        if tiny:
+            raise UserError(f"{name}: --tiny applies to zoo models only")
+        info = _randomise_benchmark(name, benchmark_dir, outdir, stem, seed, fp16)
+    elif name in ZOO_NAMES:
+        info = _export_zoo(_zoo()[name], outdir, stem, seed, fp16, tiny)
+    else:
+        raise UserError(f"unknown model {name!r}: one of {', '.join(ZOO_NAMES)}, or bench:NAME (see --list)")
+    description = {"name": name, "param": f"{stem}.param", "bin": f"{stem}.bin",
+                   "storage": "fp16" if fp16 else "fp32", "seed": seed, "tiny": tiny, **info,
+                   "bin_bytes": (outdir / f"{stem}.bin").stat().st_size}
+    json_path = outdir / f"{stem}.json"
+    atomic_write(json_path, lambda f: f.write((json.dumps(description, indent=2) + "\n").encode()))
+    return json_path
+
+
+def read_description(json_path: str | Path) -> dict[str, Any]:
+    """A model's .json as `generate` wrote it, with `param`/`bin` resolved to paths beside it."""
+    json_path = Path(json_path)
+    try:
+        description = json.loads(json_path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read model description {json_path}: {e}") from None
+    missing = [k for k in ("name", "param", "bin", "inputs", "outputs") if not isinstance(description, dict) or k not in description]
+    if missing:
+        raise UserError(f"{json_path} is not a model description (no {', '.join(missing)}): write it with python -m flexnn_ncnn.models")
+    for key in ("param", "bin"):
+        description[key] = json_path.parent / description[key]
+    return description
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.models", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"{', '.join(ZOO_NAMES)}, or bench:NAME")
+    parser.add_argument("-o", "--output", type=Path, help="folder to write the models into")
+    parser.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
+    parser.add_argument("--fp16", action="store_true", help="store weights as fp16 (default fp32, as the paper)")
+    parser.add_argument("--tiny", action="store_true", help="small instances of the zoo architectures")
+    parser.add_argument("--benchmark-dir", type=Path, default=DEFAULT_BENCHMARK_DIR,
+                        help=f"NCNN's benchmark .param files for bench:NAME (default {DEFAULT_BENCHMARK_DIR})")
+    parser.add_argument("--list", action="store_true", help="list the models and exit")
+    add_logging_args(parser)
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+    if args.list:
+        for name, spec in _zoo().items():
+            print(f"{name:16} {spec.description}; input {'x'.join(map(str, spec.input_shape))}")
+        for name in benchmark_names(args.benchmark_dir):
+            print(f"{name:16} NCNN benchmark structure, seeded random weights")
+        if not benchmark_names(args.benchmark_dir):
+            print(f"(no bench:NAME models: {args.benchmark_dir} has no .param files)")
+        return 0
+    if not args.names or args.output is None:
+        raise UserError("give model NAME(s) and -o DIR (or --list)")
+    for name in tqdm(args.names, desc="models", unit="model", disable=len(args.names) < 2):
+        json_path = generate(name, args.output, args.seed, args.fp16, args.tiny, args.benchmark_dir)
+        d = read_description(json_path)
+        inputs = ", ".join(f"{i['name']} {'x'.join(map(str, i['shape']))}" for i in d["inputs"])
+        print(f"{name}: {d['param']}, {d['bin']} ({format_size(d['bin_bytes'])}, {d['storage']}, seed {args.seed}); "
+              f"input {inputs}; outputs {', '.join(d['outputs'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

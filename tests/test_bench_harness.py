@@ -1,0 +1,176 @@
+"""The benchmark harness on a tiny model: children's JSON lines parsed, ratios to NCNN-Default
+computed, outputs checked against stock NCNN (a wrong output or a crashing child fails the run),
+device results ingested into the same report. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flexnn_ncnn.bench import configs, harness, pagecache
+from flexnn_ncnn.cli import UserError
+from helpers import REPO_ROOT, assert_user_error, run_module
+
+pytest.importorskip("torch")
+
+# A stand-in for the runtime's child: computes with stock NCNN (or deliberately not), prints the protocol line.
+FAKE_RUNTIME = textwrap.dedent("""
+    import argparse, json, sys, time
+    import numpy as np
+    from flexnn_ncnn.bench.measure import model_inputs, reset_peak_rss, status_bytes
+    from flexnn_ncnn.models import read_description
+    from flexnn_ncnn.ncnn_model.stock import run_stock
+    p = argparse.ArgumentParser()
+    for a in ("--model", "--budget", "--outputs", "--wrong-at", "--crash-at"):
+        p.add_argument(a, default="")
+    args = p.parse_args()
+    if args.budget == args.crash_at:
+        sys.exit("fake runtime: arena exhausted")  # exit code 1 and a message on stderr
+    d = read_description(args.model)
+    inputs = model_inputs(d, 0)
+    idle = status_bytes("VmRSS")
+    reset_peak_rss()
+    out = run_stock(d["param"], d["bin"], inputs, d["outputs"])
+    sliced = args.outputs + ".sliced.bin"  # streamed from while it runs, as a runtime child would
+    with open(sliced, "wb") as f:
+        f.write(open(d["bin"], "rb").read())
+    with open(sliced, "rb") as f:
+        f.read()
+        time.sleep(0.3)
+    if args.budget == args.wrong_at:
+        out = {k: v + 1.0 for k, v in out.items()}
+    np.savez(args.outputs, **out)
+    print(json.dumps({"config": "flexnn", "latency_ms": [1.0, 2.0, 3.0], "load_ms": 0.5, "rss_idle_bytes": idle,
+                      "vm_hwm_bytes": status_bytes("VmHWM"), "hwm_reset": True, "outputs_npz": args.outputs,
+                      "counted_bytes": int(args.budget), "load_wait_ms": [0.1, 0.2, 0.3], "plan_ms": 4.0}))
+""")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    from flexnn_ncnn.models import generate
+    return generate("squeezenet", tmp_path_factory.mktemp("models"), seed=0, tiny=True)
+
+
+@pytest.fixture(scope="module")
+def fake_runtime(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("fake") / "fake runtime.py"  # a space: the template must keep it one argument
+    path.write_text(f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r})\n" + FAKE_RUNTIME)
+    return path
+
+
+def _bench(tiny_model: Path, out: Path, runtime: str, *extra: str):
+    return run_module("bench", "--model", str(tiny_model), "--baselines", "ncnn-default", "--modes", "flexnn",
+                      "--budgets", "1MB,2MB", "--runtime-command", runtime, "--warmup", "0", "--loops", "2",
+                      "--rounds", "1", "-o", str(out), "--results-md", str(out / "RESULTS.md"), *extra)
+
+
+def test_runs_every_configuration_in_a_child_and_reports_ratios(tiny_model, fake_runtime, tmp_path):
+    runtime = "{python} '" + str(fake_runtime) + "' --model {model} --budget {budget} --outputs {outputs}"
+    proc = _bench(tiny_model, tmp_path, runtime)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "squeezenet.results.json").read_text())
+    by_name = {s["config"]: s for s in data["summaries"]}
+    assert list(by_name) == ["ncnn-default", "flexnn@1MB", "flexnn@2MB"]
+    default = by_name["ncnn-default"]
+    assert default["ok"] and default["ratio_to_default"] == 1.0 and default["max_rel_error"] <= 1e-4
+    assert default["peak_over_idle_bytes"] > 0 and default["page_cache_peak_bytes"] > 0
+    for budget, name in ((10**6, "flexnn@1MB"), (2 * 10**6, "flexnn@2MB")):
+        s = by_name[name]
+        assert s["ok"] and s["budget"] == budget and s["latency_median_ms"] == 2.0
+        assert s["ratio_to_default"] == pytest.approx(2.0 / default["latency_median_ms"])
+        assert s["counted_bytes"] == budget and s["load_wait_median_ms"] == pytest.approx(0.2)
+        assert s["overhead"] == {"plan_ms": 4.0}
+        # the model's .bin and the one the child held open: both in the cache
+        assert s["page_cache_peak_bytes"] >= 2 * (tiny_model.parent / "squeezenet.bin").stat().st_size
+    (run,) = [r for r in data["runs"] if r["config"] == "flexnn@1MB"]
+    assert any(f.endswith(".sliced.bin") for f in run["weight_files"]), run["weight_files"]
+    rows = (tmp_path / "squeezenet.csv").read_text().splitlines()
+    assert len(rows) == 4 and rows[0].startswith("config,family,budget")
+    md = (tmp_path / "RESULTS.md").read_text()
+    assert "| flexnn@2MB | yes |" in md and "Machine:" in md and "| flexnn@2MB | - | - | 4 | - |" in md
+
+
+def test_wrong_output_and_crashing_child_fail_the_run(tiny_model, fake_runtime, tmp_path):
+    runtime = ("{python} '" + str(fake_runtime) + "' --model {model} --budget {budget} --outputs {outputs} "
+               "--wrong-at 1000000 --crash-at 2000000")
+    proc = _bench(tiny_model, tmp_path, runtime)
+    assert proc.returncode == 1, proc.stderr
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: 2 configuration run(s) failed")
+    assert "flexnn@1MB (round 0): wrong output: max relative error" in error
+    assert "flexnn@2MB (round 0): exited with code 1: fake runtime: arena exhausted" in error
+    data = json.loads((tmp_path / "squeezenet.results.json").read_text())
+    assert [s["ok"] for s in data["summaries"]] == [True, False, False]
+    assert "Failures:" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_runtime_configurations_need_a_runtime_command(tiny_model, tmp_path):
+    proc = run_module("bench", "--model", str(tiny_model), "--modes", "flexnn", "--budgets", "1MB", "-o", str(tmp_path))
+    assert_user_error(proc, "flexnn run in the FlexNN runtime", "--runtime-command")
+    proc = run_module("bench", "--model", str(tiny_model), "--modes", "nope", "--runtime-command", "x", "-o", str(tmp_path))
+    assert_user_error(proc, "unknown configuration 'nope'")
+
+
+def test_summaries_pool_rounds_and_divide_by_the_default_median():
+    def run(config, family, budget, round_, latencies, hwm):
+        record = {"config": config, "latency_ms": latencies, "load_ms": 1.0, "rss_idle_bytes": 100, "vm_hwm_bytes": hwm,
+                  "hwm_reset": True, "outputs_npz": "x"}
+        return harness.ChildRun(config, family, budget, round_, 0, record, sampled_rss_peak_bytes=150,
+                                page_cache_peak_bytes=7, max_rel_error=0.0)
+    cs = configs.configurations([10**6], ["flexnn"], ["ncnn-default"])
+    runs = [run("ncnn-default", "ncnn-default", None, 0, [10, 12], 400), run("flexnn@1MB", "flexnn", 10**6, 0, [15], 200),
+            run("ncnn-default", "ncnn-default", None, 1, [11], 500), run("flexnn@1MB", "flexnn", 10**6, 1, [16, 18], 300)]
+    default, flexnn = harness.summarise(runs, cs)
+    assert default.latency_median_ms == 11 and default.peak_over_idle_bytes == 400 and default.sampled_over_idle_bytes == 50
+    assert flexnn.latency_median_ms == 16 and flexnn.ratio_to_default == pytest.approx(16 / 11)
+
+
+def test_child_lines_and_outputs_are_validated():
+    with pytest.raises(ValueError, match="printed no JSON line"):
+        harness._parse_record("")
+    with pytest.raises(ValueError, match="lacks vm_hwm_bytes"):
+        harness._parse_record('{"config": "x", "latency_ms": [1], "rss_idle_bytes": 1, "hwm_reset": true, "outputs_npz": "x"}')
+    ref = {"out": np.ones((2, 3), np.float32)}
+    with pytest.raises(ValueError, match="shape"):
+        harness.relative_error(ref, {"out": np.ones((3, 2), np.float32)})
+    assert harness.relative_error(ref, {"out": np.full((2, 3), np.nan, np.float32)}) == float("inf")
+    with pytest.raises(UserError, match="needs the FlexNN runtime"):
+        configs.child_command(configs.Configuration("flexnn", 1), configs.ChildSettings(Path("m.json")), Path("o.npz"), None)
+    command = configs.child_command(configs.Configuration("flexnn", 5), configs.ChildSettings(Path("a b/m.json")),
+                                    Path("o.npz"), "{python} -m rt --model {model} --budget {budget}")
+    assert command == [sys.executable, "-m", "rt", "--model", "a b/m.json", "--budget", "5"]
+
+
+def test_device_results_are_ingested_and_checked(tiny_model, tmp_path):
+    from flexnn_ncnn.models import read_description
+    description = read_description(tiny_model)
+    oracle = harness.oracle_outputs(description, 0)
+    lines = []
+    for family, budget, shift in (("ncnn-default", None, 0.0), ("flexnn", 10**6, 0.0), ("flexnn", 2 * 10**6, 1.0)):
+        tag = f"{family}_{budget}"
+        (tmp_path / "outputs" / tag).mkdir(parents=True)
+        for name, array in oracle.items():
+            np.save(tmp_path / "outputs" / tag / f"{name}.npy", array + shift)
+        device = {"mode": family, "budget": budget or 0, "latency_us": {"min": 900.0, "median": 1000.0, "max": 1500.0},
+                  "arena_bytes": budget or 0, "outside_arena_bytes": 0, "vm_hwm_minus_idle_bytes": 12345,
+                  "load_wait_us_median": 10.0}
+        lines.append({"family": family, "budget": budget, "outputs": f"outputs/{tag}", "device": device})
+    result = harness.ingest_records(description, lines, configs.ChildSettings(tiny_model), tmp_path)
+    ok = {s.config: s.ok for s in result.summaries}
+    assert ok == {"ncnn-default": True, "flexnn@1MB": True, "flexnn@2MB": False}
+    assert result.summaries[1].ratio_to_default == 1.0 and result.summaries[1].peak_over_idle_bytes == 12345
+
+
+def test_page_cache_of_a_file_is_evicted_and_counted(tmp_path):
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"\1" * (1 << 20))
+    pagecache.evict(path)
+    assert pagecache.resident_bytes(path) == 0
+    path.read_bytes()
+    assert pagecache.resident_bytes(path) == 1 << 20
