@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -41,6 +41,15 @@ TARGETS = ("host", "linux-aarch64", "android-arm64")
 # Android 7.0: the oldest API level with the full 64-bit file-offset API the weight store uses.
 ANDROID_PLATFORM = "android-24"
 
+# Sanitizer builds (host only) of the runtime's stress program: ThreadSanitizer cannot see inside
+# GCC's libgomp, so NCNN builds its own small OpenMP runtime (SIMPLEOMP), which TSAN instruments; one
+# ISA (no runtime dispatch) and only the layers the stress models use keep the build to minutes.
+SANITIZERS = {"tsan": "thread", "asan": "address"}
+SANITIZER_LAYERS = ("input", "convolution", "split", "binaryop", "relu", "pooling", "flatten", "innerproduct",
+                    "padding", "gemm", "packing", "cast", "crop")
+SANITIZER_NCNN_ARGS = ["-DNCNN_SIMPLEOMP=ON", "-DNCNN_RUNTIME_CPU=OFF", "-DNCNN_AVX=OFF", "-DNCNN_AVX2=OFF",
+                       "-DNCNN_AVX512=OFF", "-DNCNN_FMA=OFF", "-DNCNN_F16C=OFF", "-DNCNN_XOP=OFF"]
+
 # What none of the targets needs from NCNN's tree (the sdist has no tools/, benchmark/ or tests/).
 NCNN_COMMON_ARGS = [
     "-DCMAKE_BUILD_TYPE=Release",
@@ -56,10 +65,16 @@ class Target:
     toolchain_args: list[str] = field(default_factory=list)
     # how to run the target's binaries on this machine ([] = directly)
     runner: list[str] = field(default_factory=list)
+    sanitizer: str | None = None  # a key of SANITIZERS: an instrumented host build of runtime_stress only
 
     @property
     def is_host(self) -> bool:
         return self.name == "host"
+
+    @property
+    def build_name(self) -> str:
+        """The folder under build/: `host`, `linux-aarch64`, or `host-tsan` for a sanitizer build."""
+        return f"{self.name}-{self.sanitizer}" if self.sanitizer else self.name
 
 
 def resolve_target(name: str) -> Target:
@@ -100,24 +115,43 @@ class Step:
         return ["ninja", "-C", str(self.build_dir), *self.ninja_targets]
 
 
+def sanitizer_layer_args(source: Path) -> list[str]:
+    """`-DWITH_LAYER_x=OFF` for every NCNN layer but SANITIZER_LAYERS (NCNN's option names are lower case)."""
+    try:
+        cmake = (source / "src" / "CMakeLists.txt").read_text()
+    except OSError as e:
+        raise UserError(f"a sanitizer build needs the NCNN source to list its layers: {e}") from None
+    layers = [m.lower() for m in re.findall(r"^ncnn_add_layer\((\w+)", cmake, re.MULTILINE)]
+    return [f"-DWITH_LAYER_{name}=OFF" for name in layers if name not in SANITIZER_LAYERS]
+
+
 def plan_steps(target: Target, build_root: Path, series_id: str, ncnn_version: str, source: Path) -> list[Step]:
-    root = build_root / target.name
+    root = build_root / target.build_name
     install = root / "install"
-    ncnn = Step(f"NCNN ({target.name})", source, root / "ncnn",
+    variant_ncnn_args: list[str] = []
+    variant_native_args: list[str] = []
+    native_targets: list[str] = []
+    if target.sanitizer:
+        flags = f"-fsanitize={SANITIZERS[target.sanitizer]} -g -fno-omit-frame-pointer"
+        variant_ncnn_args = [*SANITIZER_NCNN_ARGS, f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}",
+                             *sanitizer_layer_args(source)]
+        variant_native_args = [f"-DCMAKE_CXX_FLAGS={flags}", f"-DCMAKE_EXE_LINKER_FLAGS=-fsanitize={SANITIZERS[target.sanitizer]}"]
+        native_targets = ["runtime_stress"]
+    ncnn = Step(f"NCNN ({target.build_name})", source, root / "ncnn",
                 [*NCNN_COMMON_ARGS, f"-DNCNN_VERSION={ncnn_version}", f"-DCMAKE_INSTALL_PREFIX={install}",
-                 *target.toolchain_args],
+                 *target.toolchain_args, *variant_ncnn_args],
                 ["install"])
     native_args = [
         "-DCMAKE_BUILD_TYPE=Release", f"-Dncnn_DIR={install / 'lib' / 'cmake' / 'ncnn'}",
         f"-DFLEXNN_PATCH_SERIES_ID={series_id}", f"-DFLEXNN_NCNN_VERSION={ncnn_version}",
-        f"-DFLEXNN_TARGET={target.name}", *target.toolchain_args,
+        f"-DFLEXNN_TARGET={target.name}", *target.toolchain_args, *variant_native_args,
     ]
-    if target.is_host:
+    if target.is_host and not target.sanitizer:
         import pybind11
 
         native_args += ["-DFLEXNN_PYTHON=ON", f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
                         f"-DPython_EXECUTABLE={sys.executable}"]
-    native = Step(f"flexnn native ({target.name})", NATIVE_SOURCE, root / "native", native_args, [])
+    native = Step(f"flexnn native ({target.build_name})", NATIVE_SOURCE, root / "native", native_args, native_targets)
     return [ncnn, native]
 
 
@@ -184,13 +218,19 @@ def python_modules(build_dir: Path) -> list[Path]:
     return sorted(p for p in build_dir.rglob(f"_*{suffix}") if "CMakeFiles" not in p.parts)
 
 
-def build(target_name: str, build_root: Path = BUILD_ROOT, dry_run: bool = False) -> Path:
+def build(target_name: str, build_root: Path = BUILD_ROOT, dry_run: bool = False, sanitizer: str | None = None) -> Path:
     """Build `target_name`; returns its build root. With `dry_run`, print the commands instead."""
     target = resolve_target(target_name)
+    if sanitizer:
+        if not target.is_host:
+            raise UserError(f"sanitizer builds are host-only, not {target_name}")
+        target = replace(target, sanitizer=sanitizer)
     lock = fetch.Lock.load()
     series = patches.read_series()
     sid = patches.series_id(series)
     source = fetch.THIRD_PARTY / "ncnn"
+    if target.sanitizer and not dry_run:
+        fetch.fetch(lock)  # the layer subset is read from the source
     steps = plan_steps(target, build_root, sid, lock.ncnn_version, source)
     if dry_run:
         print(f"# fetch {lock.filename} (sha256 {lock.sha256}) to {source}")
@@ -198,7 +238,7 @@ def build(target_name: str, build_root: Path = BUILD_ROOT, dry_run: bool = False
         for step in steps:
             print(shlex.join(step.configure_command()))
             print(shlex.join(step.build_command()))
-        return build_root / target.name
+        return build_root / target.build_name
     for tool in ("cmake", "ninja", "git"):
         if shutil.which(tool) is None:
             raise UserError(f"{tool} is not installed: apt-get install cmake ninja-build git")
@@ -209,14 +249,14 @@ def build(target_name: str, build_root: Path = BUILD_ROOT, dry_run: bool = False
     for step in steps:
         print(f"==> {step.title}: {step.build_dir}", flush=True)
         run_step(step)
-    if target.is_host:
+    if target.is_host and not target.sanitizer:
         package = Path(__file__).resolve().parent
         for built in python_modules(steps[-1].build_dir):
             tmp = package / (built.name + ".tmp")
             shutil.copy2(built, tmp)
             os.replace(tmp, package / built.name)  # atomic: a running interpreter keeps its mapped copy
             print(f"==> python module: {package / built.name}", flush=True)
-    return build_root / target.name
+    return build_root / target.build_name
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -229,12 +269,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target", choices=TARGETS, default="host",
                         help="host: x86_64 with NCNN's runtime CPU dispatch; linux-aarch64: Debian's "
                         "g++-aarch64-linux-gnu, run under qemu-aarch64; android-arm64: $ANDROID_NDK (default: %(default)s)")
+    parser.add_argument("--sanitizer", choices=sorted(SANITIZERS),
+                        help="host only: build the runtime's stress program with ThreadSanitizer or AddressSanitizer "
+                        "into build/host-tsan or build/host-asan (NCNN with its own OpenMP runtime and a layer subset)")
     parser.add_argument("--build-root", type=Path, default=BUILD_ROOT, help="where build trees go (default: %(default)s)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands the build would run, run nothing")
     add_logging_args(parser)
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
-    build(args.target, args.build_root, args.dry_run)
+    build(args.target, args.build_root, args.dry_run, args.sanitizer)
     return 0
 
 

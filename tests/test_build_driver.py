@@ -86,3 +86,19 @@ def test_host_builds_the_python_module_with_position_independent_ncnn() -> None:
 def test_unknown_target_is_rejected_by_the_cli() -> None:
     proc = run_module("build", "--target", "riscv")
     assert proc.returncode == 2 and "invalid choice" in proc.stderr
+
+
+def test_sanitizer_build_is_host_only_with_its_own_root_and_a_layer_subset(tmp_path: Path) -> None:
+    proc = run_module("build", "--sanitizer", "tsan", "--dry-run", "--build-root", str(tmp_path))
+
+    assert proc.returncode == 0, proc.stderr
+    ncnn, native = cmake_commands(proc.stdout)
+    assert ncnn[ncnn.index("-B") + 1] == str(tmp_path / "host-tsan" / "ncnn")
+    assert "-DNCNN_SIMPLEOMP=ON" in ncnn  # TSAN cannot see inside libgomp
+    assert "-DCMAKE_CXX_FLAGS=-fsanitize=thread -g -fno-omit-frame-pointer" in ncnn
+    assert "-DWITH_LAYER_lstm=OFF" in ncnn and "-DWITH_LAYER_convolution=OFF" not in ncnn
+    assert "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread" in native
+    assert "-DFLEXNN_PYTHON=ON" not in native
+    assert proc.stdout.rstrip().endswith("runtime_stress")
+
+    assert_user_error(run_module("build", "--target", "linux-aarch64", "--sanitizer", "asan", "--dry-run"), "host-only")

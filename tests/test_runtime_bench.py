@@ -7,6 +7,7 @@ import json
 import struct
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -70,10 +71,11 @@ def test_cross_built_bench_is_static() -> None:
     assert has_interpreter(Path("/bin/sh").resolve().read_bytes())  # the check can tell a dynamic program
 
 
-def stress(runner: list[str], program: Path, tmp_path: Path, threads: int, inferences: int) -> dict:
-    """runtime_stress on the residual model: `inferences` pipelined runs cycling three budgets (the
-    tightest first); the timeout is the watchdog that turns a hang into a failure."""
-    param, bin_, x = write_residual(tmp_path)
+def stress(runner: list[str], program: Path, tmp_path: Path, threads: int, inferences: int,
+           writer: Callable[[Path], tuple[Path, Path, np.ndarray]] = write_residual) -> dict:
+    """runtime_stress on a model (blobs `data` -> `output`): `inferences` pipelined runs cycling three
+    budgets (the tightest first); the timeout is the watchdog that turns a hang into a failure."""
+    param, bin_, x = writer(tmp_path)
     np.save(tmp_path / "in.npy", x)
     proc = subprocess.run([*runner, str(program), str(param), str(bin_), str(tmp_path / "in.npy"), "data", "output", str(threads),
                            str(inferences), "50", "min", "600000", "100000000"], capture_output=True, text=True, timeout=300)

@@ -1,0 +1,27 @@
+"""The pipelined executor under ThreadSanitizer and AddressSanitizer: >= 1000 inferences across
+models and budgets with no report and no hang (the subprocess timeout is the watchdog).
+
+The instrumented builds are `python -m flexnn_ncnn.build --sanitizer tsan|asan` (build/host-tsan,
+build/host-asan): NCNN with its own OpenMP runtime, which TSAN instruments (it cannot see inside
+GCC's libgomp), and only the layers these models use. A report goes to stderr, which must be empty.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers import built
+from test_runtime import WRITERS
+from test_runtime_bench import stress
+
+INFERENCES_PER_MODEL = 350  # x 3 models = 1050 pipelined inferences per sanitizer
+
+
+@pytest.mark.parametrize("sanitizer", ["tsan", "asan"])
+@pytest.mark.parametrize("model", sorted(WRITERS))
+def test_pipelined_inferences_under_a_sanitizer_report_nothing(sanitizer: str, model: str, tmp_path: Path) -> None:
+    program = built(f"host-{sanitizer}", "native", "tests_native", "runtime_stress")
+    report = stress([], program, tmp_path, 2, INFERENCES_PER_MODEL, WRITERS[model])
+    assert report["inferences"] == INFERENCES_PER_MODEL and report["budgets"] == 3
