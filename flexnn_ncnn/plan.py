@@ -1,8 +1,10 @@
 """`python -m flexnn_ncnn.plan PLAN.json --budget 60MB [-o OUT.json]`: re-plan a sidecar's profile offline.
 
-The profile stored in the sidecar is planned again for the new budget (no re-slicing, no run on
-the target). Without `-o` nothing is written; with it, a copy of the sidecar holding the new plan
-(and the `--ladder` plans, if asked) is written atomically. The input is never modified.
+The profile stored in the sidecar (as `prepare` wrote it) is planned again for the new budget (no
+re-slicing, no run on the target): the runtime's arena plus its over-read margin fit in the budget.
+Without `-o` nothing is written; with it, a copy of the sidecar holding the new plan (and the
+`--ladder` plans, if asked) is written atomically, its model file names relative to the new file.
+The input is never modified.
 """
 
 from __future__ import annotations
@@ -61,12 +63,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError("--ladder stores plans in the output: give -o OUT.json")
     source = sidecar.load(args.sidecar)
     start = time.perf_counter()
-    plan = planning.make_plan(source.profile, budget, args.algorithm)
+    plan = planning.plan_for_budget(source.profile, budget, args.algorithm)
     seconds = time.perf_counter() - start
     print("\n".join(describe(source.profile, plan, seconds)))
     if args.output is not None:
         ladder = None if args.ladder is None else tuple(planning.plans_for(source.profile, args.ladder, args.algorithm))
-        sidecar.save(sidecar.with_plans(source, plan, ladder), args.output)
+        written = sidecar.moved(sidecar.with_plans(source, plan, ladder), args.sidecar.parent, args.output.parent)
+        sidecar.save(written, args.output)
         print(f"wrote {args.output}")
     return 0
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any, Mapping, Sequence
 
@@ -26,6 +26,9 @@ log = logging.getLogger(__name__)
 ROLES = ("weight", "activation", "intermediate")  # index = the C++ Role value
 ALGORITHMS = ("flexnn", "algorithm1")
 DEFAULT_ALIGNMENT = 64  # NCNN_MALLOC_ALIGN
+# NCNN may read this many bytes past a buffer's end (NCNN_MALLOC_OVERREAD): the runtime's arena holds
+# them past its last buffer, so a runtime budget B is planned as an arena of at most B - ARENA_MARGIN.
+ARENA_MARGIN = 64
 
 
 @functools.cache
@@ -246,6 +249,18 @@ def pinned_bytes(profile: Profile, plan: Plan) -> int:
     return sum(profile.tensors[i].size for i in plan.pinned_weights)
 
 
+def plan_for_budget(profile: Profile, budget: int, algorithm: str = "flexnn") -> Plan:
+    """The plan the runtime runs within `budget` bytes: its arena plus ARENA_MARGIN fit, and its
+    `budget` is `budget`. Raises InfeasibleBudget naming the smallest such budget."""
+    if budget <= ARENA_MARGIN:
+        raise UserError(f"budget {format_size(budget)} is smaller than the arena's {ARENA_MARGIN} B margin")
+    try:
+        plan = make_plan(profile, budget - ARENA_MARGIN, algorithm)
+    except InfeasibleBudget as e:
+        raise InfeasibleBudget(budget, e.min_feasible_budget + ARENA_MARGIN if e.min_feasible_budget else 0, e.reason) from None
+    return replace(plan, budget=budget)
+
+
 def plans_for(profile: Profile, budgets: Sequence[int], algorithm: str = "flexnn") -> list[Plan]:
-    """A plan ladder: one plan per budget, in the order given."""
-    return [make_plan(profile, b, algorithm) for b in budgets]
+    """A plan ladder for the runtime: one plan per budget (plan_for_budget), in the order given."""
+    return [plan_for_budget(profile, b, algorithm) for b in budgets]

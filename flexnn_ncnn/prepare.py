@@ -1,14 +1,15 @@
-"""Prepare a model for the runtime on this machine, and plan it for a budget: the plan file.
+"""Prepare a model for the runtime on this machine, and plan it for a budget: the plan sidecar.
 
     python -m flexnn_ncnn.prepare MODEL.param --budget 100MB [--bin MODEL.bin] [--shape 1,3,224,224]
                                   [--threads N] [-o MODEL.flexnn.plan.json]
 
 Prepare loads every layer once (recording its bytes in the .bin, its flags and its load time) and
 runs one sequential inference recording every buffer (step, role, ordinal, size, last use) and each
-layer's compute time: the planner's profile. The plan file holds the profile, the schedule the
-runtime needs (execution order, byte ranges, flags), the options and build it was made with, the
-model's sha256, and the plan for the budget. An infeasible budget writes nothing and names the
-smallest feasible one. Format: docs/RUNTIME.md.
+layer's compute time: the planner's profile. The sidecar (flexnn_ncnn/sidecar.py,
+docs/PLAN_FORMAT.md) holds the profile, the schedule the runtime needs (execution order, byte
+ranges, flags), the target and options it was made with, the build, the model's sha256, the
+slicer's decisions when MODEL.slicing.json is beside the .param, and the plan for the budget. An
+infeasible budget writes nothing and names the smallest feasible one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,19 +24,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import native, planning
-from .fetch import sha256_of
+from . import native, planning, sidecar
 from .cli import UserError, add_logging_args, run_main, setup_logging
+from .fetch import sha256_of
 from .ncnn_model import Graph, declared_input_shapes, parse_input_shape, read_param
 from .units import format_size, parse_size
 
 log = logging.getLogger(__name__)
-
-FORMAT = "flexnn-ncnn-runtime-plan"
-VERSION = 1
-# NCNN may read this many bytes past a buffer's end (NCNN_MALLOC_OVERREAD): the arena holds them
-# past its last buffer, so a budget B is planned as an arena of B - ARENA_MARGIN.
-ARENA_MARGIN = 64
 
 
 @dataclass(frozen=True)
@@ -49,26 +43,23 @@ class RuntimeOptions:
     sgemm: bool = True
     fp16: bool = True  # NCNN's default: fp16 storage/arithmetic where the CPU has it
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"threads": self.threads, "packing": self.packing, "winograd": self.winograd, "sgemm": self.sgemm, "fp16": self.fp16}
 
-
-
-
-def plan_for_budget(profile: planning.Profile, budget: int) -> planning.Plan:
-    """The plan whose arena (plus NCNN's over-read margin) fits in `budget` bytes."""
-    if budget <= ARENA_MARGIN:
-        raise UserError(f"budget {format_size(budget)} is smaller than the arena's {ARENA_MARGIN} B margin")
+def _slicing_decisions(param: Path) -> dict[str, Any]:
+    """The slicer's MODEL.slicing.json beside MODEL.param (written by `slice`), or {} for an unsliced model."""
+    path = param.with_name(param.name.removesuffix(".param") + ".slicing.json")
+    if not path.is_file():
+        return {}
     try:
-        return planning.make_plan(profile, budget - ARENA_MARGIN)
-    except planning.InfeasibleBudget as e:
-        smallest = e.min_feasible_budget + ARENA_MARGIN if e.min_feasible_budget else 0
-        raise planning.InfeasibleBudget(budget, smallest, e.reason) from None
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot read the slicing decisions {path}: {e}") from None
 
 
-def prepare_model(param: Path, bin_path: Path, budget: int, input_shapes: dict[str, tuple[int, ...]] | None = None,
-                  options: RuntimeOptions = RuntimeOptions(), seed: int = 0) -> dict[str, Any]:
-    """Prepare `param`/`bin_path` here and plan it for `budget` bytes: the plan file's content."""
+def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes: dict[str, tuple[int, ...]] | None = None,
+                  options: RuntimeOptions = RuntimeOptions(), seed: int = 0) -> sidecar.Sidecar:
+    """Prepare `param`/`bin_path` here and plan it for `budget` bytes (None: the smallest feasible
+    budget): the sidecar (model paths absolute until `write_plan_file` makes them relative to where
+    it is written)."""
     graph = Graph.build(read_param(param))
     shapes = input_shapes or {name: s.numpy() for name, s in declared_input_shapes(read_param(param), graph).items()}
     missing = [name for name in graph.inputs if name not in shapes]
@@ -76,10 +67,10 @@ def prepare_model(param: Path, bin_path: Path, budget: int, input_shapes: dict[s
         raise UserError(f"the model does not state the shape of input {missing[0]}: pass --shape")
     rng = np.random.default_rng(seed)
     inputs = {name: rng.standard_normal(shapes[name]).astype(np.float32) for name in graph.inputs}
+    module = native.load()
     try:
-        prepared = native.load().prepare(str(param), str(bin_path), inputs, graph.outputs, threads=options.threads,
-                                         packing=options.packing, winograd=options.winograd, sgemm=options.sgemm,
-                                         fp16=options.fp16)
+        prepared = module.prepare(str(param), str(bin_path), inputs, graph.outputs, threads=options.threads,
+                                  packing=options.packing, winograd=options.winograd, sgemm=options.sgemm, fp16=options.fp16)
     except RuntimeError as e:
         raise UserError(f"prepare {param}: {e}") from None
     tensors, layers = prepared["profile"]
@@ -88,38 +79,41 @@ def prepare_model(param: Path, bin_path: Path, budget: int, input_shapes: dict[s
         tuple(planning.LayerCost(load, comp) for load, comp in layers))
     if prepared["outside_bytes"]:
         log.warning("prepare: %s were requested from OpenMP workers, outside any plan", format_size(prepared["outside_bytes"]))
-    plan = plan_for_budget(profile, budget)
-    schedule = prepared["schedule"]
-    schedule["ranges"] = [list(r) for r in schedule["ranges"]]
-    info = native.load().build_info()
-    return {
-        "format": FORMAT, "version": VERSION,
-        "model": {"param": str(param.resolve()), "bin": str(bin_path.resolve()),
-                  "param_sha256": sha256_of(param), "bin_sha256": sha256_of(bin_path)},
-        "build": {k: info[k] for k in ("ncnn_version", "patch_series_id", "target", "isa")},
-        "options": options.to_dict(),
-        "input_shapes": {name: list(shapes[name]) for name in graph.inputs},
-        "budget": budget,
-        "schedule": schedule,
-        "profile": profile.to_dict(),
-        "plan": plan.to_dict(),
-    }
+    schedule = {**prepared["schedule"], "ranges": [list(r) for r in prepared["schedule"]["ranges"]]}  # JSON's form
+    if list(schedule["inputs"]) != list(graph.inputs):
+        raise UserError(f"prepare {param}: the runtime feeds inputs {schedule['inputs']}, the graph declares {graph.inputs}")
+    if budget is None:
+        budget = planning.min_feasible_budget(profile) + planning.ARENA_MARGIN
+    info = module.build_info()
+    return sidecar.Sidecar(
+        model=sidecar.Model(str(param.resolve()), sha256_of(param), str(bin_path.resolve()), sha256_of(bin_path)),
+        build=sidecar.Build(info["ncnn_version"], info["patch_series_id"]),
+        target=sidecar.Target(info["isa"], int(info["l2_bytes"]), options.threads, options.packing, options.winograd,
+                              options.sgemm, options.fp16),
+        inputs={name: list(reversed(shapes[name])) for name in graph.inputs},
+        schedule=sidecar.Schedule.from_dict(schedule),
+        slicing=_slicing_decisions(param),
+        profile=profile,
+        plan=planning.plan_for_budget(profile, budget),
+    )
 
 
-def write_plan_file(content: dict[str, Any], path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(content, indent=1) + "\n")
-    os.replace(tmp, path)  # readers never see a partial file
+def write_plan_file(content: sidecar.Sidecar, path: Path) -> None:
+    """Save atomically, the model's file names relative to `path`'s folder."""
+    sidecar.save(sidecar.moved(content, Path.cwd(), path.parent), path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.prepare", description=__doc__.split("\n\n")[0])
     parser.add_argument("param", type=Path, help="the model's .param (text)")
     parser.add_argument("--bin", type=Path, help="its .bin (default: beside the .param)")
-    parser.add_argument("--budget", required=True, help="memory budget, e.g. 100MB (10^6) or 100MiB (2^20)")
+    parser.add_argument("--budget", required=True,
+                        help="memory budget, e.g. 100MB (10^6) or 100MiB (2^20); `min`: the smallest feasible budget")
     parser.add_argument("--shape", help="input shape, torch NCHW (batch 1 dropped), e.g. 1,3,224,224; default: the model's")
     parser.add_argument("--threads", type=int, default=1, help="computing threads (fixed by the plan; default: %(default)s)")
-    parser.add_argument("-o", "--output", type=Path, help="plan file (default: MODEL.flexnn.plan.json beside the .param)")
+    parser.add_argument("--no-fp16", action="store_true",
+                        help="fp32 storage and arithmetic (NCNN's fp16/bf16 off; default: NCNN's, fp16 where the CPU has it)")
+    parser.add_argument("-o", "--output", type=Path, help="plan sidecar (default: MODEL.flexnn.plan.json beside the .param)")
     add_logging_args(parser)
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
@@ -128,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bin_path = args.bin or args.param.with_suffix(".bin")
     if not bin_path.is_file():
         raise UserError(f"no such weights file: {bin_path}")
-    budget = parse_size(args.budget)
+    budget = None if args.budget == "min" else parse_size(args.budget)
     shapes = None
     if args.shape:
         graph = Graph.build(read_param(args.param))
@@ -137,10 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         shapes = {graph.inputs[0]: parse_input_shape(args.shape).numpy()}
     if args.threads < 1:
         raise UserError("--threads must be at least 1")
-    content = prepare_model(args.param, bin_path, budget, shapes, RuntimeOptions(threads=args.threads))
-    out = args.output or args.param.with_name(args.param.stem + ".flexnn.plan.json")
+    content = prepare_model(args.param, bin_path, budget, shapes, RuntimeOptions(threads=args.threads, fp16=not args.no_fp16))
+    out = args.output or args.param.with_name(args.param.name.removesuffix(".param").removesuffix(".flexnn") + sidecar.SUFFIX)
     write_plan_file(content, out)
-    print(f"budget {format_size(budget)}: arena {format_size(content['plan']['arena_bytes'] + ARENA_MARGIN)}, plan {out}")
+    print(f"budget {format_size(content.plan.budget)}: arena {format_size(content.plan.arena_bytes + planning.ARENA_MARGIN)}, plan {out}")
     return 0
 
 

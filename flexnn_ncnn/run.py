@@ -23,7 +23,7 @@ from .units import format_size, parse_size
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("plan", type=Path, help="plan file from `python -m flexnn_ncnn.prepare`")
+    parser.add_argument("plan", type=Path, help="plan sidecar (MODEL.flexnn.plan.json) from `python -m flexnn_ncnn.prepare` or `python -m flexnn_ncnn.plan`")
     parser.add_argument("--input", type=Path, action="append", required=True,
                         help="input .npy (float32, NCNN's shape: c,h,w); repeat as NAME=FILE for several inputs")
     parser.add_argument("--output", type=Path, help="write the outputs to this .npz, one array per output blob")

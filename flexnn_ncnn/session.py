@@ -1,14 +1,14 @@
 """A model running inside a memory budget: `Session(plan_path)`, `.run({blob: array})`.
 
-The plan file (written by `python -m flexnn_ncnn.prepare`) is checked against this machine before
-anything runs: the model's files must hash as at prepare, the native module must be the same build,
-and the thread count the same (transformed weight layouts depend on it); a mismatch is a UserError
-naming the field. The plan itself is checked by the planner's independent checker in the runtime.
+The plan sidecar (written by `python -m flexnn_ncnn.prepare`, re-planned by `python -m
+flexnn_ncnn.plan`) is loaded and validated by `sidecar.load` and checked against this machine by
+`sidecar.verify` before anything runs: the model's files must hash as at prepare, the native module
+must be the same build and ISA, and the thread count the same (transformed weight layouts depend on
+it); a mismatch is a UserError naming the field. The runtime checks the plan again when it is set.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import statistics
 from pathlib import Path
@@ -16,10 +16,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import native, planning
+from . import native, planning, sidecar
 from .cli import UserError
-from .fetch import sha256_of
-from .prepare import FORMAT, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -40,76 +38,46 @@ def _reset_peak_rss() -> None:
         log.warning("cannot reset the peak RSS (%s): VmHWM includes what ran before the session", e)
 
 
-def load_plan_file(path: Path) -> dict[str, Any]:
-    try:
-        content = json.loads(path.read_text())
-    except OSError as e:
-        raise UserError(f"cannot read plan {path}: {e.strerror}") from None
-    except ValueError as e:
-        raise UserError(f"plan {path} is not JSON: {e}") from None
-    if not isinstance(content, dict) or content.get("format") != FORMAT:
-        raise UserError(f"{path} is not a runtime plan file (format {FORMAT!r})")
-    if content.get("version") != VERSION:
-        raise UserError(f"plan {path}: version is {content.get('version')!r}, this runtime reads {VERSION}")
-    for key in ("model", "build", "options", "schedule", "profile", "plan"):
-        if not isinstance(content.get(key), dict):
-            raise UserError(f"plan {path}: {key} is missing")
-    return content
-
-
-def check_plan_file(content: Mapping[str, Any], path: Path, threads: int | None) -> None:
-    """Refuse a plan made for other model files, another build, or another thread count, naming the field."""
-    model = content["model"]
-    for which in ("param", "bin"):
-        file = Path(model[which])
-        if not file.is_file():
-            raise UserError(f"plan {path}: model.{which} {file} does not exist")
-        if sha256_of(file) != model[f"{which}_sha256"]:
-            raise UserError(f"plan {path}: model.{which}_sha256 differs: {file} changed since prepare; prepare again")
-    info = native.load().build_info()
-    for key, value in content["build"].items():
-        if info.get(key) != value:
-            raise UserError(f"plan {path}: build.{key} is {value!r}, this runtime's is {info.get(key)!r}; prepare again")
-    planned = content["options"]["threads"]
-    if threads is not None and threads != planned:
-        raise UserError(f"plan {path}: options.threads is {planned}, asked for {threads}: transformed weights depend on "
-                        "the thread count; prepare again with --threads")
-
-
 class Session:
     """A prepared model inside one arena: weights stream in on a loading thread while layers compute.
 
     `budget` (bytes) re-plans the stored profile instead of using the file's plan; `threads` must
-    equal the plan's (it is checked, not changed).
+    equal the plan's (it is checked, not changed). `overlap_loading=False` makes each layer's load
+    also wait for the previous layer's computation: no loading overlaps computing (On-Demand).
     """
 
     def __init__(self, plan_path: str | Path, budget: int | None = None, threads: int | None = None, loader: str = "any",
-                 drop_page_cache: bool = False):
+                 drop_page_cache: bool = False, overlap_loading: bool = True):
         path = Path(plan_path)
-        content = load_plan_file(path)
-        check_plan_file(content, path, threads)
+        content = sidecar.load(path)
+        param, bin_path = content.model_files(path)
+        for which, file in (("param", param), ("bin", bin_path)):
+            if not file.is_file():
+                raise UserError(f"{path}: model.{which} {file} does not exist")
+        sidecar.verify(content, sidecar.Expected.for_run(param, bin_path, threads, native.load().build_info()["isa"]), str(path))
         self.path = path
-        self.profile = planning.Profile.from_dict(content["profile"])
-        self.input_shapes: dict[str, list[int]] = content.get("input_shapes", {})
+        self.sidecar = content
+        self.profile = content.profile
+        self.input_shapes: dict[str, tuple[int, ...]] = content.input_shapes()
         _reset_peak_rss()
         self._idle_rss = _status_kib("VmRSS")
-        options = content["options"]
+        target = content.target
         tensors, layers = self.profile.columns
-        schedule = content["schedule"]
         try:
             self._executor = native.load().Executor(
-                content["model"]["param"], content["model"]["bin"], schedule, tensors, layers, threads=options["threads"],
-                packing=options["packing"], winograd=options["winograd"], sgemm=options["sgemm"], fp16=options["fp16"],
-                loader=loader, drop_page_cache=drop_page_cache)
+                str(param), str(bin_path), content.executor_schedule(), tensors, layers, threads=target.threads,
+                packing=target.packing, winograd=target.winograd, sgemm=target.sgemm, fp16=target.fp16,
+                loader=loader, drop_page_cache=drop_page_cache, overlap_loading=overlap_loading)
         except (RuntimeError, ValueError) as e:
-            raise UserError(f"plan {path}: {e}") from None
-        self.inputs: list[str] = list(schedule["inputs"])
-        self.outputs: list[str] = list(schedule["outputs"])
+            raise UserError(f"{path}: {e}") from None
+        self.inputs: list[str] = list(content.inputs)
+        self.outputs: list[str] = list(content.schedule.outputs)
         self._load_waits_us: list[float] = []
         self._latencies_us: list[float] = []
         self._outside_peak = 0
         if budget is None:
-            self._set_plan(planning.Plan.from_dict(content["plan"]))
+            self._set_plan(content.plan)
+            self.budget = content.plan.budget
         else:
             self.set_budget(budget)
 
@@ -121,11 +89,11 @@ class Session:
         self.plan = plan
 
     def set_budget(self, budget: int) -> None:
-        """Re-plan the stored profile for `budget` bytes and move to the new arena (between inferences).
+        """Move to the plan for `budget` bytes (between inferences): the sidecar's plan or ladder entry for
+        exactly that budget (a lookup), else a re-plan of the stored profile.
 
         An infeasible budget raises InfeasibleBudget and leaves the session on its current plan."""
-        from .prepare import plan_for_budget
-        self._set_plan(plan_for_budget(self.profile, budget))
+        self._set_plan(self.sidecar.plan_for(budget) or planning.plan_for_budget(self.profile, budget))
         self.budget = budget
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -1,9 +1,11 @@
 """The plan sidecar `MODEL.flexnn.plan.json`: a versioned, self-describing record of what a plan is for.
 
 It names the sliced model (sha256 of its .param and .bin), the build that profiled it (NCNN version
-and patch-series id), the target the transformed weights were laid out for (ISA, L2, threads,
-packing), the input shapes, the slicer's decisions, the profile, the plan, and an optional ladder
-of plans for other budgets. The format is documented in docs/PLAN_FORMAT.md. Loading validates the
+and patch-series id), the target and options the transformed weights were laid out for (ISA, L2,
+threads, packing, winograd, sgemm, fp16), the input shapes, the runtime's schedule (execution order,
+per-layer .bin byte ranges, layer flags), the slicer's decisions, the profile, the plan, and an
+optional ladder of plans for other budgets. It is the one plan file: prepare writes it, the plan
+CLI re-plans it, Session / run / the benchmark run it. The format is documented in docs/PLAN_FORMAT.md. Loading validates the
 structure and every plan (with the planner's independent checker); `verify` compares it with what
 the caller is about to run and names the first field that differs. Writes are atomic.
 """
@@ -23,13 +25,13 @@ from .jsonfields import field as _field
 from .planning import Plan, Profile
 
 SCHEMA = "flexnn-plan"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: target gained winograd/sgemm/fp16, and the runtime schedule
 SUFFIX = ".flexnn.plan.json"
 
 
 @dataclass(frozen=True)
 class Model:
-    """The sliced model the profile was recorded on; file names are relative to the sidecar."""
+    """The sliced model the profile was recorded on; file names are relative to the sidecar (or absolute)."""
 
     param: str
     param_sha256: str
@@ -52,12 +54,16 @@ class Build:
 
 @dataclass(frozen=True)
 class Target:
-    """What the pre-transformed weight layouts depend on."""
+    """What the pre-transformed weight layouts depend on: the machine and NCNN's options. Prepare and
+    every run of its plan use the same values (the runtime is built from them)."""
 
-    isa: str  # e.g. x86_64-avx2, arm64-neon
+    isa: str  # the native module's, e.g. x86_64, aarch64
     l2_bytes: int
-    threads: int
-    packing: bool
+    threads: int  # computing threads
+    packing: bool  # NCNN's packed layouts (use_packing_layout)
+    winograd: bool  # use_winograd_convolution
+    sgemm: bool  # use_sgemm_convolution
+    fp16: bool  # fp16/bf16 storage and arithmetic where the CPU has them
 
 
 _RECORDS: dict[str, type] = {"model": Model, "build": Build, "target": Target}
@@ -67,16 +73,67 @@ def _record(cls: type, d: Any, where: str) -> Any:
     return cls(**{f.name: _field(d, f.name, {"str": str, "int": int, "bool": bool}[f.type], where) for f in fields(cls)})
 
 
+def _int_list(value: Any, where: str, at_least: int = 0) -> list[int]:
+    if not (isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= at_least for x in value)):
+        raise UserError(f"{where} must be a list of integers >= {at_least}")
+    return value
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How the runtime walks the model: what prepare recorded on the target (docs/RUNTIME.md)."""
+
+    outputs: tuple[str, ...]  # output blobs, extracted in this order
+    order: tuple[int, ...]  # the layer index computed at step s is order[s - 1] (NCNN's own execution order)
+    ranges: tuple[tuple[int, int], ...]  # per layer index: its [begin, end) bytes in the .bin
+    flags: tuple[int, ...]  # per layer index: NCNN's layer flags after create_pipeline (packing, fp16, inplace)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"outputs": list(self.outputs), "order": list(self.order), "ranges": [list(r) for r in self.ranges],
+                "flags": list(self.flags)}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any], where: str = "schedule") -> "Schedule":
+        outputs = _field(d, "outputs", list, where)
+        if not outputs or not all(isinstance(name, str) for name in outputs):
+            raise UserError(f"{where}.outputs must be a non-empty list of blob names")
+        ranges = _field(d, "ranges", list, where)
+        for i, r in enumerate(ranges):
+            if not (len(_int_list(r, f"{where}.ranges[{i}]")) == 2 and r[0] <= r[1]):
+                raise UserError(f"{where}.ranges[{i}] must be a [begin, end) pair of byte offsets")
+        flags = _int_list(_field(d, "flags", list, where), f"{where}.flags")
+        if len(flags) != len(ranges):
+            raise UserError(f"{where}.flags has {len(flags)} entries, {where}.ranges {len(ranges)}: one per layer index")
+        order = _int_list(_field(d, "order", list, where), f"{where}.order")
+        if any(i >= len(ranges) for i in order):
+            raise UserError(f"{where}.order names a layer index beyond the {len(ranges)} layers")
+        return Schedule(tuple(outputs), tuple(order), tuple((r[0], r[1]) for r in ranges), tuple(flags))
+
+
 @dataclass(frozen=True)
 class Sidecar:
     model: Model
     build: Build
     target: Target
-    inputs: dict[str, list[int]]  # input blob name -> shape, NCNN order (w, h, c)
+    inputs: dict[str, list[int]]  # input blob name -> shape, NCNN order (w, h, c); fed in this order
+    schedule: Schedule
     slicing: dict[str, Any]  # the slicer's decisions, opaque here
     profile: Profile
     plan: Plan
     ladder: tuple[Plan, ...] = field(default=())  # plans for other budgets, same profile
+
+    def model_files(self, sidecar_path: Path) -> tuple[Path, Path]:
+        """The sliced model's .param and .bin, resolved against the sidecar's folder."""
+        base = Path(sidecar_path).parent
+        return base / self.model.param, base / self.model.bin
+
+    def input_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Input blob name -> numpy shape (c, h, w: NCNN's order reversed)."""
+        return {name: tuple(reversed(shape)) for name, shape in self.inputs.items()}
+
+    def executor_schedule(self) -> dict[str, Any]:
+        """The schedule as the native Executor takes it."""
+        return {"inputs": list(self.inputs), **self.schedule.to_dict()}
 
     def plan_for(self, budget: int) -> Plan | None:
         """The stored plan made for exactly `budget` bytes, if any."""
@@ -90,6 +147,7 @@ class Sidecar:
             "build": vars(self.build).copy(),
             "target": vars(self.target).copy(),
             "inputs": {name: list(shape) for name, shape in self.inputs.items()},
+            "schedule": self.schedule.to_dict(),
             "slicing": self.slicing,
             "profile": self.profile.to_dict(),
             "plan": self.plan.to_dict(),
@@ -116,6 +174,7 @@ class Sidecar:
         return Sidecar(
             *(_record(cls, _field(d, key, dict, "sidecar"), key) for key, cls in _RECORDS.items()),
             inputs=inputs,
+            schedule=Schedule.from_dict(_field(d, "schedule", dict, "sidecar")),
             slicing=_field(d, "slicing", dict, "sidecar"),
             profile=Profile.from_dict(_field(d, "profile", dict, "sidecar")),
             plan=Plan.from_dict(_field(d, "plan", dict, "sidecar")),
@@ -123,8 +182,11 @@ class Sidecar:
         )
 
     def validate(self) -> None:
-        """The profile is well formed and every stored plan passes the checker."""
+        """The profile is well formed, fits the schedule, and every stored plan passes the checker."""
         self.profile.validate()
+        if len(self.profile.layers) != len(self.schedule.order) + 2:
+            raise UserError(f"profile.layers has {len(self.profile.layers)} steps, the schedule {len(self.schedule.order) + 2} "
+                            "(inputs, one per computed layer, outputs)")
         for where, plan in (("plan", self.plan), *((f"ladder[{i}]", p) for i, p in enumerate(self.ladder))):
             try:
                 planning.check_plan(self.profile, plan)
@@ -202,6 +264,14 @@ def save(sidecar: Sidecar, path: Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def moved(sidecar: Sidecar, source_dir: Path, dest_dir: Path) -> Sidecar:
+    """The same sidecar for a file in `dest_dir`: model file names relative to it (they were
+    relative to `source_dir`, or absolute)."""
+    def rebase(name: str) -> str:
+        return os.path.relpath((Path(source_dir) / name).resolve(), Path(dest_dir).resolve())
+    return replace(sidecar, model=replace(sidecar.model, param=rebase(sidecar.model.param), bin=rebase(sidecar.model.bin)))
 
 
 def with_plans(sidecar: Sidecar, plan: Plan, ladder: tuple[Plan, ...] | None = None) -> Sidecar:

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from flexnn_ncnn.bench import configs, harness, pagecache
-from flexnn_ncnn.cli import UserError
 from helpers import REPO_ROOT, assert_user_error, run_module
 
 pytest.importorskip("torch")
@@ -110,11 +109,30 @@ def test_wrong_output_and_crashing_child_fail_the_run(tiny_model, fake_runtime, 
     assert "Failures:" in (tmp_path / "RESULTS.md").read_text()
 
 
-def test_runtime_configurations_need_a_runtime_command(tiny_model, tmp_path):
-    proc = run_module("bench", "--model", str(tiny_model), "--modes", "flexnn", "--budgets", "1MB", "-o", str(tmp_path))
-    assert_user_error(proc, "flexnn run in the FlexNN runtime", "--runtime-command")
-    proc = run_module("bench", "--model", str(tiny_model), "--modes", "nope", "--runtime-command", "x", "-o", str(tmp_path))
-    assert_user_error(proc, "unknown configuration 'nope'")
+def test_flexnn_runs_alongside_the_baselines_by_default(tiny_model, tmp_path):
+    """The real runtime child (slice -> prepare -> Session) at two budgets, and On-Demand; the harness
+    checks every output against stock NCNN."""
+    proc = run_module("bench", "--model", str(tiny_model), "--baselines", "ncnn-default", "--budgets", "1MB,2MB",
+                      "--ablation", "--warmup", "0", "--loops", "2", "--rounds", "1", "-o", str(tmp_path),
+                      "--results-md", str(tmp_path / "RESULTS.md"))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "squeezenet.results.json").read_text())
+    by_name = {s["config"]: s for s in data["summaries"]}
+    assert list(by_name) == ["ncnn-default", "flexnn@1MB", "flexnn@2MB", "on-demand", "flexnn-no-preload@1MB",
+                             "flexnn-no-preload@2MB"]
+    for name, s in by_name.items():
+        assert s["ok"] and s["max_rel_error"] <= 1e-4, (name, s["errors"])
+        if name != "ncnn-default":
+            assert 0 < s["counted_bytes"] <= (s["budget"] or s["counted_bytes"]) and "plan_ms" in s["overhead"]
+    for name in ("flexnn@1MB", "flexnn@2MB"):
+        assert {"slice_ms", "prepare_ms", "plan_ms"} <= set(by_name[name]["overhead"])
+
+
+def test_unknown_configurations_and_missing_budgets_are_refused(tiny_model, tmp_path):
+    proc = run_module("bench", "--model", str(tiny_model), "--modes", "flexnn", "-o", str(tmp_path))
+    assert_user_error(proc, "FlexNN runs need --budgets")
+    proc = run_module("bench", "--model", str(tiny_model), "--modes", "swapnet", "-o", str(tmp_path))
+    assert_user_error(proc, "unknown configuration 'swapnet'")
 
 
 def test_summaries_pool_rounds_and_divide_by_the_default_median():
@@ -140,8 +158,8 @@ def test_child_lines_and_outputs_are_validated():
     with pytest.raises(ValueError, match="shape"):
         harness.relative_error(ref, {"out": np.ones((3, 2), np.float32)})
     assert harness.relative_error(ref, {"out": np.full((2, 3), np.nan, np.float32)}) == float("inf")
-    with pytest.raises(UserError, match="needs the FlexNN runtime"):
-        configs.child_command(configs.Configuration("flexnn", 1), configs.ChildSettings(Path("m.json")), Path("o.npz"), None)
+    default = configs.child_command(configs.Configuration("on-demand"), configs.ChildSettings(Path("m.json")), Path("o.npz"), None)
+    assert default[1:3] == ["-m", "flexnn_ncnn.bench.flexnn_child"] and default[default.index("--budget") + 1] == ""
     command = configs.child_command(configs.Configuration("flexnn", 5), configs.ChildSettings(Path("a b/m.json")),
                                     Path("o.npz"), "{python} -m rt --model {model} --budget {budget}")
     assert command == [sys.executable, "-m", "rt", "--model", "a b/m.json", "--budget", "5"]

@@ -36,10 +36,12 @@ def test_replans_and_writes_the_output_leaving_the_input_untouched(source: Path,
     written = sidecar.load(out)
     assert written.plan.budget == 30_000 and [p.budget for p in written.ladder] == [40_000, 100_000]
     assert written.profile == chain_sidecar().profile
+    assert written.model == chain_sidecar().model, "model file names stay relative to the written sidecar"
 
 
 def test_an_infeasible_budget_exits_2_with_one_line_naming_the_smallest(source: Path, tmp_path: Path) -> None:
-    minimum = planning.min_feasible_budget(chain_sidecar().profile)
+    # the runtime's arena holds ARENA_MARGIN bytes past its last buffer
+    minimum = planning.min_feasible_budget(chain_sidecar().profile) + planning.ARENA_MARGIN
     out = tmp_path / "out.json"
     line = assert_user_error(run(str(source), "--budget", str(minimum - 1), "-o", str(out)))
     assert line == f"error: budget {minimum - 1:,} B (0.0 MiB) is infeasible for this profile; the smallest feasible budget is {minimum:,} B (0.0 MiB)"

@@ -19,8 +19,9 @@ import pytest
 
 import smoke_model
 from model_helpers import BENCHMARK_DIR, BENCHMARK_INPUTS, needs_benchmarks
-from flexnn_ncnn import Session, planning
-from flexnn_ncnn.prepare import ARENA_MARGIN, prepare_model, write_plan_file
+from flexnn_ncnn import Session, planning, sidecar
+from flexnn_ncnn.planning import ARENA_MARGIN
+from flexnn_ncnn.prepare import prepare_model, write_plan_file
 import helpers
 from helpers import run_module, stock_output
 
@@ -101,16 +102,16 @@ def assert_close(got: np.ndarray, ref: np.ndarray) -> None:
     helpers.assert_close(got, ref, RTOL)
 
 
-def prepared(m: ModelCase, folder: Path, budget: int = 1 << 30) -> tuple[Path, dict]:
+def prepared(m: ModelCase, folder: Path, budget: int = 1 << 30) -> tuple[Path, sidecar.Sidecar]:
     content = prepare_model(m.param, m.bin, budget)
-    path = folder / f"{m.name}.flexnn.plan.json"
+    path = folder / f"{m.name}{sidecar.SUFFIX}"
     write_plan_file(content, path)
     return path, content
 
 
-def budgets_for(content: dict) -> dict[str, int]:
+def budgets_for(content: sidecar.Sidecar) -> dict[str, int]:
     """Generous (everything fits pinned), tightest feasible, and one between."""
-    profile = planning.Profile.from_dict(content["profile"])
+    profile = content.profile
     tightest = planning.min_feasible_budget(profile) + ARENA_MARGIN
     generous = 2 * sum(t.size + 64 for t in profile.tensors) + ARENA_MARGIN
     return {"generous": generous, "middle": (tightest + generous) // 2, "tightest": tightest}
@@ -148,7 +149,28 @@ def test_budget_switches_keep_outputs_and_memory_within_each_budget(model: Model
     for budget in (b["tightest"], b["generous"], b["middle"], b["tightest"]):
         session.set_budget(budget)
         assert_close(session.run({"data": model.x})["output"], model.ref)
-        assert int(session.stats()["arena_bytes"]) <= budget
+        assert session.stats()["counted_bytes"] <= budget
+
+
+def test_a_sidecar_replanned_offline_runs_elsewhere_and_switches_by_lookup(tmp_path: Path) -> None:
+    """prepare's sidecar re-planned by `python -m flexnn_ncnn.plan` into another folder, with a ladder:
+    the session finds the model, runs the new plan, and takes ladder budgets from the file."""
+    param, bin_, x = write_residual(tmp_path)
+    m = ModelCase("residual", param, bin_, x, stock_output(param, bin_, x))
+    path, content = prepared(m, tmp_path)
+    b = budgets_for(content)
+    out = tmp_path / "elsewhere" / "replanned.json"
+    out.parent.mkdir()
+    proc = run_module("plan", str(path), "--budget", str(b["middle"]), "-o", str(out), "--ladder", f"{b['tightest']},{b['generous']}")
+    assert proc.returncode == 0, proc.stderr
+    session = Session(out)
+    assert session.plan.budget == b["middle"] and session.sidecar.model.param == "../residual.param"
+    assert_close(session.run({"data": x})["output"], m.ref)
+    for i, budget in enumerate((b["tightest"], b["generous"])):
+        session.set_budget(budget)
+        assert session.plan is session.sidecar.ladder[i]
+        assert_close(session.run({"data": x})["output"], m.ref)
+        assert session.stats()["counted_bytes"] <= budget
 
 
 STRESS = """

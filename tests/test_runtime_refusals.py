@@ -38,7 +38,7 @@ def test_plan_for_other_model_files_is_refused(residual: ModelCase, tmp_path: Pa
     data = bytearray(residual.bin.read_bytes())
     data[100] ^= 1
     residual.bin.write_bytes(bytes(data))
-    with pytest.raises(UserError, match=r"model\.bin_sha256 differs"):
+    with pytest.raises(UserError, match=r"does not match: model\.bin_sha256 is '[0-9a-f]{64}', expected"):
         Session(path)
 
 
@@ -51,14 +51,14 @@ def test_plan_for_another_build_is_refused(residual: ModelCase, tmp_path: Path) 
 
 def test_plan_for_another_thread_count_is_refused(residual: ModelCase, tmp_path: Path) -> None:
     path, _ = prepared(residual, tmp_path)
-    with pytest.raises(UserError, match=r"options\.threads is 1, asked for 2"):
+    with pytest.raises(UserError, match=r"target\.threads is 1, expected 2"):
         Session(path, threads=2)
 
 
 def test_allocation_larger_than_planned_stops_the_inference(residual: ModelCase, tmp_path: Path) -> None:
     path, content = prepared(residual, tmp_path)
     # pretend prepare saw the first activation of the first convolution 64 bytes smaller
-    index = next(i for i, t in enumerate(content["profile"]["tensors"]) if t["role"] == "activation" and t["layer"] == 1)
+    index = next(i for i, t in enumerate(content.profile.tensors) if t.role == "activation" and t.layer == 1)
     shrunk = edited(path, lambda c: c["profile"]["tensors"][index].update(size=c["profile"]["tensors"][index]["size"] - 64))
     session = Session(shrunk)
     with pytest.raises(UserError, match=r"step 1 \(layer conv1\): activation 0 of \d+ B is larger than planned"):
@@ -86,14 +86,14 @@ def test_infeasible_budget_writes_no_plan_and_names_the_smallest(residual: Model
 
 def test_plan_the_checker_rejects_is_never_run(residual: ModelCase, tmp_path: Path) -> None:
     path, content = prepared(residual, tmp_path)
-    tensors = content["profile"]["tensors"]
+    tensors = content.profile.tensors
     # two tensors live at the same step, put at the same offset
     a, b = next((i, j) for i, t in enumerate(tensors) for j, u in enumerate(tensors)
-                if i < j and t["first_use"] <= u["last_use"] and u["first_use"] <= t["last_use"])
+                if i < j and t.first_use <= u.last_use and u.first_use <= t.last_use)
 
     def overlap(c: dict) -> None:
         c["plan"]["tensors"][b]["offset"] = c["plan"]["tensors"][a]["offset"]
-    with pytest.raises(UserError, match=r"^plan: "):
+    with pytest.raises(UserError, match=r": plan is invalid: "):
         Session(edited(path, overlap))
 
 
@@ -114,4 +114,4 @@ def test_cli_runs_a_plan_and_prints_one_json_line(residual: ModelCase, tmp_path:
 def test_cli_refuses_a_missing_plan_in_one_line(tmp_path: Path) -> None:
     np.save(tmp_path / "in.npy", np.zeros(3, np.float32))
     proc = run_module("run", str(tmp_path / "none.json"), "--input", str(tmp_path / "in.npy"))
-    assert_user_error(proc, "cannot read plan")
+    assert_user_error(proc, "cannot read the plan sidecar")

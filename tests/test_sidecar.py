@@ -79,6 +79,11 @@ def test_truncated_or_invalid_json_is_a_user_error(saved: tuple[sidecar.Sidecar,
     (lambda d: d["plan"]["tensors"][0].pop("offset"), r"plan.tensors\[0\].offset is missing"),
     (lambda d: d["plan"]["dependencies"].append([1]), r"plan.dependencies\[\d+\] must be a \[comp, load\] pair"),
     (lambda d: d["inputs"].update(data=[0, 3]), "inputs.data must be a list of positive dimensions"),
+    (lambda d: d.pop("schedule"), "sidecar.schedule is missing"),
+    (lambda d: d["schedule"]["order"].append(99), "schedule.order names a layer index beyond the 5 layers"),
+    (lambda d: d["schedule"]["ranges"][1].pop(), r"schedule.ranges\[1\] must be a \[begin, end\) pair"),
+    (lambda d: d["schedule"]["order"].pop(), "profile.layers has 6 steps, the schedule 5"),
+    (lambda d: d["target"].pop("winograd"), "target.winograd is missing"),
 ])
 def test_a_malformed_field_is_named(saved: tuple[sidecar.Sidecar, Path], edit, message: str) -> None:
     _, path = saved

@@ -5,9 +5,10 @@ process for --rounds interleaved rounds (NCNN-Default first), checks every outpu
 NCNN, and writes OUT/STEM.results.json, STEM.csv, STEM.png and docs/RESULTS.md. Exit code 1 when
 any configuration crashed or computed a wrong output.
 
-FlexNN, its ablations, On-Demand and SwapNet run in the FlexNN runtime: give --runtime-command (see
-docs/EVALUATION.md) until the runtime's child is wired into bench/configs.py. `--ingest DIR` reads
-JSON lines measured on a device (scripts/adb_bench.sh) instead of running anything here.
+FlexNN at each budget and On-Demand run in the FlexNN runtime (bench/flexnn_child.py: slice, prepare,
+Session), alongside the stock baselines; --ablation adds FlexNN without preloading; --runtime-command
+replaces the runtime's child (see docs/EVALUATION.md). `--ingest DIR` reads JSON lines measured on a
+device (scripts/adb_bench.sh) instead of running anything here.
 """
 
 from __future__ import annotations
@@ -68,13 +69,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="comma-separated zoo names, bench:NAME, or model .json paths (python -m flexnn_ncnn.models --list)")
     parser.add_argument("--budgets", type=parse_budgets, default=[], help="comma-separated budgets for FlexNN, e.g. 35MB,50MB,100MB")
     parser.add_argument("--modes", default=None,
-                        help=f"runtime configurations ({', '.join(configs.RUNTIME_MODES)}); default with a runtime: "
-                             "flexnn,on-demand,swapnet")
+                        help=f"runtime configurations ({', '.join(configs.RUNTIME_MODES)}); default: "
+                             f"{','.join(configs.DEFAULT_RUNTIME_MODES)}")
     parser.add_argument("--baselines", default=None,
                         help=f"stock baselines to run ({', '.join(configs.STOCK_CONFIGS)}; default all; ncnn-default always runs)")
     parser.add_argument("--ablation", action="store_true", help="also run the ablations at every budget")
     parser.add_argument("--runtime-command", default=None,
-                        help="command template of the runtime's child; fields: " + ", ".join(
+                        help="command template replacing the runtime's child (bench/flexnn_child.py); fields: " + ", ".join(
                             "{" + f + "}" for f in configs.runtime_fields(configs.Configuration("flexnn"), configs.ChildSettings(Path()), Path())))
     parser.add_argument("--threads", type=int, default=2, help="computing threads (default 2)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed inferences per process (default 3)")
@@ -100,14 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     runtime = args.runtime_command or configs.RUNTIME_COMMAND
     if args.modes is not None:
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    else:
-        modes = ["flexnn", "on-demand", "swapnet"] if runtime else []
+    else:  # FlexNN at each budget, when budgets are given
+        modes = [m for m in configs.DEFAULT_RUNTIME_MODES if m not in configs.BUDGETED or args.budgets]
     if args.ablation:
         modes += [m for m in configs.ABLATIONS if m not in modes]
-    if modes and not runtime:
-        raise UserError(f"{', '.join(modes)} run in the FlexNN runtime: pass --runtime-command (see docs/EVALUATION.md)")
-    if not modes:
-        log.warning("FlexNN, On-Demand and SwapNet need the runtime (--runtime-command): running the stock baselines only")
     if any(m in configs.BUDGETED for m in modes) and not args.budgets:
         raise UserError("FlexNN runs need --budgets, e.g. --budgets 35MB,50MB,100MB")
     baselines = None if args.baselines is None else [b.strip() for b in args.baselines.split(",") if b.strip()]

@@ -1,10 +1,12 @@
 """What the benchmark runs: each configuration is one child process printing one JSON line.
 
 Stock baselines (paper §5.1) run in bench/measure.py with the `ncnn` wheel. Everything the FlexNN
-runtime runs (FlexNN at a budget, its ablations, On-Demand, SwapNet-style block streaming) plugs
-in HERE, through one command template (`--runtime-command`, or RUNTIME_COMMAND below once the
-runtime ships a child): the template's tokens are formatted with the fields of `runtime_fields`,
-and the command must print the JSON line bench/measure.py documents.
+runtime runs (FlexNN at a budget, the preloading ablation, On-Demand) plugs in HERE, through one
+command template (RUNTIME_COMMAND below, bench/flexnn_child.py; `--runtime-command` replaces it):
+the template's tokens are formatted with the fields of `runtime_fields`, and the command must print
+the JSON line bench/measure.py documents. Not run, because the runtime has no such mode yet: the
+ablations w.o.mem / w.o.both (NCNN's own allocator instead of the arena) and SwapNet-style block
+streaming.
 """
 
 from __future__ import annotations
@@ -35,19 +37,17 @@ REFERENCE = "ncnn-default"
 # runtime modes; those in BUDGETED run once per budget, the others once
 RUNTIME_MODES = {
     "flexnn": "FlexNN under the budget",
-    "flexnn-no-mem": "ablation w.o.mem: NCNN's own allocator instead of the planned arena",
-    "flexnn-no-preload": "ablation w.o.preload: each layer's weights loaded on demand",
-    "flexnn-no-both": "ablation w.o.both",
+    "flexnn-no-preload": "ablation w.o.preload: the same plan, each layer's load waiting for the previous computation",
     "on-demand": "On-Demand: load a layer's weights just before it runs, release after, no overlap",
-    "swapnet": "SwapNet-style: whole-layer blocks, two resident, next loaded while the current computes",
 }
-BUDGETED = ("flexnn", "flexnn-no-mem", "flexnn-no-preload", "flexnn-no-both")
-ABLATIONS = ("flexnn-no-mem", "flexnn-no-preload", "flexnn-no-both")
+BUDGETED = ("flexnn", "flexnn-no-preload")
+ABLATIONS = ("flexnn-no-preload",)
+DEFAULT_RUNTIME_MODES = ("flexnn", "on-demand")
 
-# The runtime's child command, once it exists: e.g.
-#   "{python} -m flexnn_ncnn.bench.runtime_child --model {model} --mode {mode} --budget {budget} --threads {threads}
-#    --warmup {warmup} --loops {loops} --seed {seed} --fp16 {fp16} --outputs {outputs}"
-RUNTIME_COMMAND: str | None = None
+# The runtime's child (bench/flexnn_child.py): slice -> prepare -> Session at the budget.
+RUNTIME_COMMAND = (
+    "{python} -m flexnn_ncnn.bench.flexnn_child --model {model} --mode {mode} --budget {budget} --threads {threads} "
+    "--warmup {warmup} --loops {loops} --seed {seed} --fp16 {fp16} --cpus {cpus} --outputs {outputs}")
 
 
 @dataclass(frozen=True)
@@ -103,8 +103,6 @@ def child_command(config: Configuration, settings: ChildSettings, outputs: Path,
                    "--loops", str(settings.loops), "--seed", str(settings.seed), "--outputs", str(outputs)]
         return command + (["--fp16"] if settings.fp16 else []) + (["--cpus", settings.cpus] if settings.cpus else [])
     template = runtime_command or RUNTIME_COMMAND
-    if template is None:
-        raise UserError(f"{config.name} needs the FlexNN runtime: pass --runtime-command (see docs/EVALUATION.md)")
     fields = runtime_fields(config, settings, outputs)
     try:
         # split first, so a path with spaces stays one argument

@@ -1,10 +1,13 @@
 // flexnn_ncnn._native: the runtime library, as Python sees it. Inputs and outputs are float32
 // numpy arrays in NCNN's shape convention (see runtime/tensor.h); errors raise RuntimeError.
+#include "planner/plan_dict.h"
 #include "runtime/build_info.h"
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
 #include "runtime/stock_run.h"
 #include "runtime/tensor.h"
+
+#include <cpu.h>
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -78,12 +81,12 @@ py::tuple run_stock(const std::string& param, const std::string& bin, const std:
     return py::make_tuple(out, stats);
 }
 
-// A profile or plan travels as the columns flexnn_ncnn._planner uses (see planner/bind_planner.cpp).
-using TensorTuple = std::tuple<int, int, int, uint64_t, int, int>;
-using LayerTuple = std::tuple<double, double>;
+using flexnn::plan_dict::algorithm_from;
+using flexnn::plan_dict::LayerTuple;
+using flexnn::plan_dict::TensorTuple;
 
 flexnn::RuntimeOptions runtime_options(int threads, bool packing, bool winograd, bool sgemm, bool fp16, const std::string& loader,
-                                       bool drop_page_cache)
+                                       bool drop_page_cache, bool overlap_loading = true)
 {
     flexnn::RuntimeOptions o;
     o.num_threads = threads;
@@ -92,6 +95,7 @@ flexnn::RuntimeOptions runtime_options(int threads, bool packing, bool winograd,
     o.use_sgemm = sgemm;
     o.use_fp16 = fp16;
     o.drop_page_cache = drop_page_cache;
+    o.overlap_loading = overlap_loading;
     if (loader == "any")
         o.loader_cores = flexnn::LoaderCores::Any;
     else if (loader == "little")
@@ -145,88 +149,6 @@ flexnn::LayerSchedule schedule_from(const py::dict& d)
     return s;
 }
 
-py::tuple profile_columns(const flexnn::Profile& p)
-{
-    std::vector<TensorTuple> tensors;
-    for (const auto& t : p.tensors)
-        tensors.emplace_back(t.layer, (int)t.role, t.ordinal, t.size, t.first_use, t.last_use);
-    std::vector<LayerTuple> layers;
-    for (const auto& l : p.layers)
-        layers.emplace_back(l.load_us, l.compute_us);
-    return py::make_tuple(tensors, layers);
-}
-
-flexnn::Profile profile_from(const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers)
-{
-    flexnn::Profile p;
-    for (const auto& t : tensors)
-    {
-        const int role = std::get<1>(t);
-        if (role < 0 || role > 2)
-            throw std::invalid_argument("profile: unknown role " + std::to_string(role));
-        p.tensors.push_back({std::get<0>(t), (flexnn::Role)role, std::get<2>(t), std::get<3>(t), std::get<4>(t), std::get<5>(t)});
-    }
-    for (const auto& l : layers)
-        p.layers.push_back({std::get<0>(l), std::get<1>(l)});
-    return p;
-}
-
-flexnn::Algorithm algorithm_from(const std::string& name)
-{
-    if (name == "flexnn")
-        return flexnn::Algorithm::FlexNN;
-    if (name == "algorithm1")
-        return flexnn::Algorithm::Algorithm1;
-    throw std::invalid_argument("unknown planning algorithm '" + name + "'");
-}
-
-flexnn::Plan plan_from(const py::dict& d)
-{
-    flexnn::Plan plan;
-    plan.algorithm = algorithm_from(d["algorithm"].cast<std::string>());
-    plan.budget = d["budget"].cast<uint64_t>();
-    plan.alignment = d["alignment"].cast<uint64_t>();
-    plan.arena_bytes = d["arena_bytes"].cast<uint64_t>();
-    plan.lower_bound = d["lower_bound"].cast<uint64_t>();
-    const auto offsets = d["offsets"].cast<std::vector<uint64_t> >();
-    const auto load_after = d["load_after"].cast<std::vector<int> >();
-    const auto pinned = d["pinned"].cast<std::vector<bool> >();
-    if (load_after.size() != offsets.size() || pinned.size() != offsets.size())
-        throw std::invalid_argument("plan columns offsets, load_after and pinned differ in length");
-    for (size_t i = 0; i < offsets.size(); i++)
-        plan.tensors.push_back({offsets[i], load_after[i], static_cast<bool>(pinned[i])});
-    for (const auto& dep : d["dependencies"].cast<std::vector<std::pair<int, int> > >())
-        plan.dependencies.push_back({dep.first, dep.second});
-    return plan;
-}
-
-py::dict plan_columns(const flexnn::Plan& plan)
-{
-    std::vector<uint64_t> offsets;
-    std::vector<int> load_after;
-    std::vector<bool> pinned;
-    for (const auto& p : plan.tensors)
-    {
-        offsets.push_back(p.offset);
-        load_after.push_back(p.load_after);
-        pinned.push_back(p.pinned);
-    }
-    std::vector<std::pair<int, int> > dependencies;
-    for (const auto& d : plan.dependencies)
-        dependencies.emplace_back(d.comp, d.load);
-    py::dict d;
-    d["algorithm"] = flexnn::algorithm_name(plan.algorithm);
-    d["budget"] = plan.budget;
-    d["alignment"] = plan.alignment;
-    d["arena_bytes"] = plan.arena_bytes;
-    d["lower_bound"] = plan.lower_bound;
-    d["offsets"] = offsets;
-    d["load_after"] = load_after;
-    d["pinned"] = pinned;
-    d["dependencies"] = dependencies;
-    return d;
-}
-
 py::dict prepare(const std::string& param, const std::string& bin, const py::dict& inputs, const std::vector<std::string>& outputs,
                  int threads, bool packing, bool winograd, bool sgemm, bool fp16)
 {
@@ -239,7 +161,7 @@ py::dict prepare(const std::string& param, const std::string& bin, const py::dic
     }
     py::dict d;
     d["schedule"] = schedule_dict(result.schedule);
-    d["profile"] = profile_columns(result.profile);
+    d["profile"] = flexnn::plan_dict::profile_to_columns(result.profile);
     d["outputs"] = arrays(result.outputs);
     d["outside_bytes"] = result.outside_bytes;
     return d;
@@ -251,17 +173,17 @@ class PyExecutor
 public:
     PyExecutor(const std::string& param, const std::string& bin, const py::dict& schedule, const std::vector<TensorTuple>& tensors,
                const std::vector<LayerTuple>& layers, int threads, bool packing, bool winograd, bool sgemm, bool fp16,
-               const std::string& loader, bool drop_page_cache)
+               const std::string& loader, bool drop_page_cache, bool overlap_loading)
     {
-        const flexnn::RuntimeOptions options = runtime_options(threads, packing, winograd, sgemm, fp16, loader, drop_page_cache);
+        const flexnn::RuntimeOptions options = runtime_options(threads, packing, winograd, sgemm, fp16, loader, drop_page_cache, overlap_loading);
         flexnn::LayerSchedule s = schedule_from(schedule);
-        flexnn::Profile p = profile_from(tensors, layers);
+        flexnn::Profile p = flexnn::plan_dict::profile_from_columns(tensors, layers);
         py::gil_scoped_release unlocked;
         check(flexnn::Executor::create(param, bin, options, std::move(s), std::move(p), executor_));
     }
     void set_plan(const py::dict& columns)
     {
-        const flexnn::Plan plan = plan_from(columns);
+        const flexnn::Plan plan = flexnn::plan_dict::plan_from_dict(columns);
         py::gil_scoped_release unlocked;
         check(executor_->set_plan(plan));
     }
@@ -297,7 +219,7 @@ public:
     }
     py::dict plan() const
     {
-        return plan_columns(executor_->plan());
+        return flexnn::plan_dict::plan_to_dict(executor_->plan());
     }
     uint64_t arena_bytes() const
     {
@@ -321,8 +243,9 @@ PYBIND11_MODULE(_native, m)
         d["patch_series_id"] = info.patch_series_id;
         d["target"] = info.target;
         d["isa"] = info.isa;
+        d["l2_bytes"] = ncnn::get_cpu_level2_cache_size(); // transformed weight layouts depend on it
         return d;
-    }, "What this module was built from: NCNN version, patch series id, target, ISA.");
+    }, "What this module was built from: NCNN version, patch series id, target, ISA; and this CPU's L2 size.");
 
     m.def("run_stock", &run_stock, py::arg("param"), py::arg("bin"), py::arg("inputs"), py::arg("outputs"),
           py::arg("threads") = 1, py::arg("winograd") = true, py::arg("sgemm") = true, py::arg("packing") = true,
@@ -336,10 +259,10 @@ PYBIND11_MODULE(_native, m)
 
     py::class_<PyExecutor>(m, "Executor", "A prepared model run under a plan (runtime/executor.h).")
         .def(py::init<const std::string&, const std::string&, const py::dict&, const std::vector<TensorTuple>&,
-                      const std::vector<LayerTuple>&, int, bool, bool, bool, bool, const std::string&, bool>(),
+                      const std::vector<LayerTuple>&, int, bool, bool, bool, bool, const std::string&, bool, bool>(),
              py::arg("param"), py::arg("bin"), py::arg("schedule"), py::arg("tensors"), py::arg("layers"), py::arg("threads") = 1,
              py::arg("packing") = true, py::arg("winograd") = true, py::arg("sgemm") = true, py::arg("fp16") = true,
-             py::arg("loader") = "any", py::arg("drop_page_cache") = false)
+             py::arg("loader") = "any", py::arg("drop_page_cache") = false, py::arg("overlap_loading") = true)
         .def("set_plan", &PyExecutor::set_plan, py::arg("plan"), "check the plan (planner columns) and move to its arena")
         .def("set_budget", &PyExecutor::set_budget, py::arg("budget"), py::arg("algorithm") = "flexnn", py::arg("alignment") = 64,
              "re-plan the stored profile for this arena size and move to it")

@@ -1,0 +1,164 @@
+"""`python -m flexnn_ncnn.bench.flexnn_child`: one FlexNN runtime configuration; prints one JSON line.
+
+The runtime side of the benchmark (bench/configs.py RUNTIME_COMMAND; protocol in docs/EVALUATION.md),
+through the real pipeline in separate processes, so this process's memory is the inference's only:
+
+- `flexnn` (budget B): `python -m flexnn_ncnn.slice` at B (on the host it prepares and plans too,
+  tightening the slicing until the plan fits), `python -m flexnn_ncnn.prepare --no-fp16` at B again
+  for fp32 math (the benchmark's default), then a `Session` on the sidecar: weights stream in on the
+  loading thread, loading overlaps computing.
+- `flexnn-no-preload` (budget B, Fig. 13's w.o.preload): the same sidecar, each layer's load also
+  waiting for the previous layer's computation (no loading overlaps computing).
+- `on-demand`: the unsliced model, planned at its smallest feasible budget, loads not overlapping
+  computation: each layer's weights loaded just before it runs and released after.
+
+Reported overheads: `slice_ms` and `prepare_ms` are wall times of those CLI processes (interpreter
+start-up included; slicing includes its own prepare and planning attempts); `plan_ms` is the
+planner's time for the budget on the stored profile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import planning, sidecar
+from ..cli import UserError, add_logging_args, run_main, setup_logging
+from . import pagecache
+from .measure import model_inputs, reset_peak_rss, status_bytes
+
+log = logging.getLogger(__name__)
+
+MODES = ("flexnn", "flexnn-no-preload", "on-demand")
+BUDGETED = ("flexnn", "flexnn-no-preload")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    sidecar_path: Path
+    slice_ms: float | None  # None: not sliced (on-demand)
+    prepare_ms: float | None  # None: slice's own prepare made the sidecar
+
+
+def _run_cli(verb: str, *args: str) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """`python -m flexnn_ncnn.VERB args`: its wall time in ms and the finished process."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", f"flexnn_ncnn.{verb}", *args], capture_output=True, text=True)
+    return (time.perf_counter() - start) * 1e3, proc
+
+
+def _cli_error(verb: str, proc: subprocess.CompletedProcess[str]) -> str:
+    """The CLI's one-line error (cli.run_main), or its exit code."""
+    last = next((l for l in reversed(proc.stderr.splitlines()) if l.strip()), f"{verb} exited with code {proc.returncode}")
+    return last.removeprefix("error: ")
+
+
+def prepare_for(description: dict[str, Any], mode: str, budget: int | None, threads: int, fp16: bool, workdir: Path) -> Prepared:
+    """Slice (budgeted modes) and prepare the model in `workdir`: the sidecar the session runs."""
+    param, bin_path = Path(description["param"]), Path(description["bin"])
+    if len(description["inputs"]) != 1:
+        raise UserError(f"{param}: the runtime child takes models with one input, this one has {len(description['inputs'])}")
+    shape = "1," + ",".join(map(str, description["inputs"][0]["shape"]))  # torch NCHW with a batch of 1
+    prepare_args = ["--shape", shape, "--threads", str(threads)] + ([] if fp16 else ["--no-fp16"])
+    if mode not in BUDGETED:
+        out = workdir / f"{param.stem}{sidecar.SUFFIX}"
+        ms, proc = _run_cli("prepare", str(param), "--bin", str(bin_path), "--budget", "min", "-o", str(out), *prepare_args)
+        if proc.returncode != 0:
+            raise UserError(f"prepare: {_cli_error('prepare', proc)}")
+        return Prepared(out, None, ms)
+    assert budget is not None
+    # on the host, slice also prepares and plans (NCNN's default fp16), tightening until the plan fits
+    slice_ms, proc = _run_cli("slice", str(param), "--bin", str(bin_path), "--budget", str(budget), "--input-shape", shape,
+                              "--threads", str(threads), "-o", str(workdir))
+    if proc.returncode != 0:
+        raise UserError(f"slice: {_cli_error('slice', proc)}")
+    sliced, out = workdir / f"{param.stem}.flexnn.param", workdir / f"{param.stem}{sidecar.SUFFIX}"
+    if fp16:
+        return Prepared(out, slice_ms, None)
+    prepare_ms, proc = _run_cli("prepare", str(sliced), "--budget", str(budget), "-o", str(out), *prepare_args)
+    if proc.returncode != 0:
+        raise UserError(f"prepare (fp32): {_cli_error('prepare', proc)}")
+    return Prepared(out, slice_ms, prepare_ms)
+
+
+def measure(description: dict[str, Any], mode: str, budget: int | None, threads: int, warmup: int, loops: int, seed: int,
+            fp16: bool, outputs_npz: Path) -> dict[str, Any]:
+    from ..session import Session  # the native module: imported before the idle RSS is read
+
+    inputs = model_inputs(description, seed)
+    with tempfile.TemporaryDirectory(prefix="flexnn-child-", dir=outputs_npz.parent) as tmp:
+        prepared = prepare_for(description, mode, budget, threads, fp16, Path(tmp))
+        content = sidecar.load(prepared.sidecar_path)
+        start = time.perf_counter()
+        planning.plan_for_budget(content.profile, content.plan.budget)
+        plan_ms = (time.perf_counter() - start) * 1e3
+        # slicing and prepare read the model and wrote the sliced one (offline steps): start cold
+        for weights in (Path(description["bin"]), content.model_files(prepared.sidecar_path)[1]):
+            pagecache.evict(weights)
+        rss_idle = status_bytes("VmRSS")
+        hwm_reset = reset_peak_rss()
+        start = time.perf_counter()
+        session = Session(prepared.sidecar_path, threads=threads, overlap_loading=mode == "flexnn")
+        load_ms = (time.perf_counter() - start) * 1e3
+        outputs: dict[str, np.ndarray] = {}
+        for _ in range(warmup):
+            outputs = session.run(inputs)
+        for _ in range(loops):
+            outputs = session.run(inputs)
+        vm_hwm = status_bytes("VmHWM")
+        stats = session.stats()
+    timed = slice(warmup, None)
+    np.savez(outputs_npz, **outputs)
+    record = {"config": mode, "latency_ms": [us / 1e3 for us in stats["latency_us"][timed]], "load_ms": load_ms,
+              "rss_idle_bytes": rss_idle, "vm_hwm_bytes": vm_hwm, "hwm_reset": hwm_reset, "outputs_npz": str(outputs_npz),
+              "counted_bytes": stats["counted_bytes"], "arena_bytes": stats["arena_bytes"],
+              "load_wait_ms": [us / 1e3 for us in stats["load_wait_us"][timed]],
+              "budget": content.plan.budget, "plan_ms": plan_ms}
+    for key, value in (("slice_ms", prepared.slice_ms), ("prepare_ms", prepared.prepare_ms)):
+        if value is not None:
+            record[key] = value
+    return record
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ..models import read_description
+    parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.bench.flexnn_child", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True, help="the model's .json (python -m flexnn_ncnn.models)")
+    parser.add_argument("--mode", choices=MODES, default="flexnn", help="which runtime configuration (default flexnn)")
+    parser.add_argument("--budget", default="", help="bytes, for flexnn and flexnn-no-preload (empty for on-demand)")
+    parser.add_argument("--threads", type=int, default=2, help="computing threads (default 2)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed inferences first (default 3)")
+    parser.add_argument("--loops", type=int, default=10, help="timed inferences (default 10)")
+    parser.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    parser.add_argument("--fp16", choices=("0", "1"), default="0", help="1: NCNN's fp16 storage/arithmetic where the CPU has it")
+    parser.add_argument("--cpus", default="", help="comma-separated CPUs to run on (default: any)")
+    parser.add_argument("--outputs", type=Path, required=True, help="the .npz to write the outputs to")
+    add_logging_args(parser)
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+    if args.loops < 1 or args.warmup < 0 or args.threads < 1:
+        raise UserError("--loops and --threads must be at least 1, --warmup at least 0")
+    if (args.mode in BUDGETED) != bool(args.budget):
+        raise UserError(f"--mode {args.mode} " + ("needs --budget" if args.mode in BUDGETED else "takes no --budget"))
+    if args.cpus:
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
+    budget = int(args.budget) if args.budget else None
+    record = measure(read_description(args.model), args.mode, budget, args.threads, args.warmup, args.loops, args.seed,
+                     args.fp16 == "1", args.outputs)
+    print(json.dumps(record), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))
