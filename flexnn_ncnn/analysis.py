@@ -74,7 +74,10 @@ class ConvModel:
         return _mat_bytes(self.cin, (self.in_hw[0] + t + b) * (self.in_hw[1] + l + r))
 
     def cost(self, kernel: str, width: int, tiles: int = 1) -> Cost:
-        bias = width * 4 if self.bias else 0
+        # Loading a layer holds its stored weights and, while create_pipeline builds it, their
+        # transformed copy (every x86/ARM kernel transforms, then releases the stored ones).
+        k = self.cin * self.kh * self.kw
+        stored = k * width * 4 + (width * 4 if self.bias else 0)
         concat = self.out_bytes if width < self.cout else 0
         outh, outw = self.out_hw
         if kernel.startswith("winograd"):
@@ -83,14 +86,13 @@ class ConvModel:
             b = (m + 2) ** 2
             bordered = _mat_bytes(self.cin, (th * m + 2) * (tw * m + 2))
             tm = b * th * tw * 4 * (self.cin + width)
-            return Cost(b * self.cin * width * 4 + bias, bordered + tm + concat)
-        k = self.cin * self.kh * self.kw
+            return Cost(b * self.cin * width * 4 + stored, bordered + tm + concat)
         if kernel == "im2col_gemm":
             direct_gemm = (self.kh, self.kw) == (1, 1) and self.stride == (1, 1)
             im2col = 0 if direct_gemm else k * math.ceil(self.pixels / tiles) * 4
-            return Cost(k * width * 4 + bias, self._padded_input() + im2col + concat)
+            return Cost(k * width * 4 + stored, self._padded_input() + im2col + concat)
         if kernel == "direct":
-            return Cost(k * width * 4 + bias, self._padded_input() + concat)
+            return Cost(k * width * 4 + stored, self._padded_input() + concat)
         raise ValueError(kernel)
 
     def max_tiles(self, kernel: str, min_tile_pixels: int) -> int:
@@ -115,7 +117,8 @@ class MatrixModel:
 
     def cost(self, kernel: str, width: int, tiles: int = 1) -> Cost:
         concat = self.out_bytes if width < self.rows else 0
-        return Cost((width * (self.k + self.extra_per_row) + self.fixed) * 4, self.flatten + concat)
+        # the stored matrix and its packed copy coexist while create_pipeline transforms (as ConvModel)
+        return Cost((width * (2 * self.k + self.extra_per_row) + self.fixed) * 4, self.flatten + concat)
 
     def max_tiles(self, kernel: str, min_tile_pixels: int) -> int:
         return 1

@@ -1,8 +1,11 @@
 """`python -m flexnn_ncnn.slice MODEL.param --budget 100MB`: bottleneck-aware layer slicing.
 
 Writes OUTDIR/MODEL.flexnn.param and OUTDIR/MODEL.flexnn.bin (an ordinary NCNN model: stock NCNN
-runs it) and OUTDIR/MODEL.flexnn.slicing.json (each layer's kernel, slices, tiles and the numbers
-they were chosen by, for the planner). With --analyze, prints the per-layer memory table instead.
+runs it), OUTDIR/MODEL.flexnn.slicing.json (each layer's kernel, slices, tiles and the numbers
+they were chosen by) and, for the host target, OUTDIR/MODEL.flexnn.plan.json: the model is
+prepared on this machine and planned for the budget; when the plan does not fit, every layer's
+limit is tightened by the shortfall and the model sliced again, or the error names the smallest
+feasible budget found. With --analyze, prints the per-layer memory table instead.
 
 Budgets: 100MB is 10^6-based, 100MiB 2^20-based, a bare number is bytes.
 """
@@ -10,8 +13,8 @@ Budgets: 100MB is 10^6-based, 100MiB 2^20-based, a bare number is bytes.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -19,8 +22,10 @@ from .analysis import LayerAnalysis, analyze
 from .cli import UserError, add_logging_args, run_main, setup_logging
 from .ncnn_model import (BlobShape, Graph, declared_input_shapes, infer_shapes, parse_input_shape, read_bin,
                          read_param)
-from .ncnn_model.files import atomic_write_all
+from .prepare import RuntimeOptions, prepare_model, write_plan_file
 from .slicing import TARGETS, SlicingResult, slice_model, target_for
+from .slicing.fit import fit_to_budget
+from .slicing.slicer import write_sliced
 from .units import format_size, parse_size
 
 
@@ -71,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bin", type=Path, help="weights (default: the .param's sibling .bin)")
     parser.add_argument("--input-shape", help="input shape, e.g. 1,3,224,224 (default: from the Input layer or shape hints)")
     parser.add_argument("--target", choices=TARGETS, default="host", help="target CPU, for SIMD widths (default host)")
+    parser.add_argument("--threads", type=int, default=RuntimeOptions().threads,
+                        help="computing threads the plan is made for (transformed weights depend on it; default %(default)s)")
     parser.add_argument("-o", "--outdir", type=Path, help="output directory (default: the .param's directory)")
     parser.add_argument("--analyze", action="store_true", help="print per-layer memory per candidate kernel; write nothing")
     add_logging_args(parser)
@@ -105,28 +112,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     assert modelbin is not None and budget is not None
-    result = slice_model(param, modelbin, graph, shapes, budget, target, progress=True)
     outdir = args.outdir or args.param.parent
     stem = args.param.name.removesuffix(".param")
-    out_param, out_bin = outdir / f"{stem}.flexnn.param", outdir / f"{stem}.flexnn.bin"
-    out_json = outdir / f"{stem}.flexnn.slicing.json"
-    for out in (out_param, out_bin, out_json):
+    outputs = [outdir / f"{stem}.flexnn.{suffix}" for suffix in ("param", "bin", "slicing.json", "plan.json")]
+    for out in outputs:
         if out.resolve() in (args.param.resolve(), bin_path.resolve()):
             raise UserError(f"{out} would overwrite an input: choose another -o")
-    param_text = result.param.format().encode()
-    plan_text = (json.dumps(result.to_json(), indent=1) + "\n").encode()
-    try:
+    options = RuntimeOptions(threads=args.threads)
+    if target.name == "host":
         outdir.mkdir(parents=True, exist_ok=True)
-        atomic_write_all({out_param: lambda f: f.write(param_text), out_bin: result.modelbin.write,
-                          out_json: lambda f: f.write(plan_text)})
-    except OSError as e:
-        raise UserError(f"cannot write to {outdir}: {e.strerror or e}") from None
+        with tempfile.TemporaryDirectory(dir=outdir, prefix=f".{stem}.slicing-") as scratch:
+            result = fit_to_budget(param, modelbin, graph, shapes, budget, target, options, Path(scratch), progress=True)
+    else:
+        result = slice_model(param, modelbin, graph, shapes, budget, target, progress=True)
+    out_param, out_bin, out_json = write_sliced(result, outdir, stem)
     print(summary_table(result))
     print(f"{len(result.sliced)} of {len(result.decisions)} conv/matrix layers sliced or re-kerneled for target "
-          f"{target.name} (SIMD width {target.simd_width}); smallest feasible budget {format_size(result.min_budget)}")
+          f"{target.name} (SIMD width {target.simd_width}); the slicer's own smallest budget {format_size(result.min_budget)}")
     print(f"wrote {out_param}, {out_bin}, {out_json}")
+    if target.name != "host":
+        print(f"prepare and plan on the {target.name} device: its profile decides the plan")
+        return 0
+    # prepared again from the final files, so the plan names them (the fit's attempts were scratch)
+    content = prepare_model(out_param, out_bin, budget, {n: tuple(shapes[n].numpy()) for n in graph.inputs}, options)
+    write_plan_file(content, outputs[3])
+    plan = content.plan
+    print(f"plan: arena {format_size(plan.arena_bytes)} within {format_size(budget)}, "
+          f"{options.threads} thread(s); wrote {outputs[3]}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(run_main(main))

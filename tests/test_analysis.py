@@ -71,10 +71,11 @@ def test_memory_estimates_per_kernel():
     by_name = {a.layer.name: a for a in analyze(graph, shapes)}
     c3 = dict(by_name["c3"].candidates())
     assert list(c3) == ["winograd63", "winograd43", "im2col_gemm", "direct"]
-    bias = 40 * 4
-    assert c3["winograd63"].weights == 64 * 24 * 40 * 4 + bias
-    assert c3["winograd43"].weights == 36 * 24 * 40 * 4 + bias
-    assert c3["im2col_gemm"].weights == c3["direct"].weights == 24 * 9 * 40 * 4 + bias
+    # loading holds the stored weights (and bias) and their transformed copy at once
+    stored = 24 * 9 * 40 * 4 + 40 * 4
+    assert c3["winograd63"].weights == 64 * 24 * 40 * 4 + stored
+    assert c3["winograd43"].weights == 36 * 24 * 40 * 4 + stored
+    assert c3["im2col_gemm"].weights == c3["direct"].weights == 24 * 9 * 40 * 4 + stored
     padded = 24 * ((22 * 14 * 4 + 15) // 16 * 16)
     assert c3["direct"].intermediates == padded
     assert c3["im2col_gemm"].intermediates == padded + (24 * 9) * (20 * 12) * 4
@@ -82,11 +83,11 @@ def test_memory_estimates_per_kernel():
     assert c3["winograd63"].intermediates == 24 * (26 * 14 * 4) + 64 * 8 * 4 * (24 + 40)
     model = by_name["c3"].model
     assert model.cost("im2col_gemm", 40, tiles=4).intermediates == padded + 24 * 9 * 60 * 4
-    assert model.cost("winograd63", 16).weights == 64 * 24 * 16 * 4 + 16 * 4
+    assert model.cost("winograd63", 16).weights == 64 * 24 * 16 * 4 + 24 * 9 * 16 * 4 + 16 * 4  # transformed + stored
     # a 1x1 stride-1 conv multiplies its input directly: no im2col matrix, no Winograd
     c1 = dict(by_name["c1"].candidates())
     assert list(c1) == ["im2col_gemm", "direct"] and c1["im2col_gemm"].intermediates == 0
-    assert dict(by_name["fc"].candidates())["gemm"].weights == (38400 + 10) * 4
+    assert dict(by_name["fc"].candidates())["gemm"].weights == (2 * 38400 + 10) * 4
     # live activations while c1 runs: its input a and its output b
     assert by_name["c1"].live_bytes == shapes["a"].nbytes + shapes["b"].nbytes
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -213,8 +214,9 @@ def _sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_cli_writes_sliced_model_json_and_summary(zoo_exports, tmp_path, capsys):
+def test_cli_writes_sliced_model_json_and_summary(zoo_exports, tmp_path, capsys, monkeypatch):
     files = zoo_exports["vgg19_fp16"]
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the progress bar shows on a terminal only
     before = (_sha(files.param), _sha(files.bin))
     outdir = tmp_path / "out"
     args = [str(files.param), "--input-shape", "1,3,32,32", "--target", "android-arm64", "-o", str(outdir)]
@@ -223,7 +225,7 @@ def test_cli_writes_sliced_model_json_and_summary(zoo_exports, tmp_path, capsys)
     assert run_main(slice_cli.main, args + ["--budget", str(tightest)]) == 0
     captured = capsys.readouterr()
     assert f"budget: {tightest:,} B" in captured.out and "weights sliced" in captured.out
-    assert "slicing: 100%" in captured.err  # the progress bar over layers
+    assert "slicing: 100%" in captured.err  # the progress bar over layers, on a terminal
     assert sorted(p.name for p in outdir.iterdir()) == [
         "vgg19_fp16.flexnn.bin", "vgg19_fp16.flexnn.param", "vgg19_fp16.flexnn.slicing.json"]
     assert (_sha(files.param), _sha(files.bin)) == before  # inputs untouched

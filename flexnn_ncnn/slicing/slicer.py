@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from tqdm import tqdm
 
 from ..analysis import FixedModel, LayerAnalysis, analyze
 from ..cli import UserError
 from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
+from ..ncnn_model.files import atomic_write_all
 from ..units import format_size
 from .policy import LayerDecision, decide, smallest_working_set
 from .rewrite import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, apply
@@ -69,7 +72,8 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
             f"needs {format_size(min_budget)} with its live activations even fully sliced; that is the smallest "
             f"feasible budget")
     decisions: dict[str, LayerDecision] = {}
-    for a in tqdm(analyses, desc="slicing", unit="layer", disable=not progress):
+    # disable=None shows the bar only on a terminal: piped stderr keeps to the one-line error contract
+    for a in tqdm(analyses, desc="slicing", unit="layer", disable=None if progress else True):
         d = decide(a, budget - a.live_bytes - reserve, target)
         assert d is not None, "every layer fits once the budget covers its smallest working set"
         if not isinstance(a.model, FixedModel):
@@ -79,3 +83,18 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
     log.info("%d of %d layers sliced or re-kerneled", sum(d.changed for d in ordered), len(ordered))
     inputs = {b: shapes[b] for b in graph.inputs if b in shapes}
     return SlicingResult(sliced_param, sliced_bin, budget, reserve, target, inputs, ordered, analyses, min_budget)
+
+
+def write_sliced(result: SlicingResult, outdir: Path, stem: str) -> tuple[Path, Path, Path]:
+    """Write OUTDIR/STEM.flexnn.param, .flexnn.bin and .flexnn.slicing.json, all or none."""
+    out_param, out_bin = outdir / f"{stem}.flexnn.param", outdir / f"{stem}.flexnn.bin"
+    out_json = outdir / f"{stem}.flexnn.slicing.json"
+    param_text = result.param.format().encode()
+    decisions = (json.dumps(result.to_json(), indent=1) + "\n").encode()
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+        atomic_write_all({out_param: lambda f: f.write(param_text), out_bin: result.modelbin.write,
+                          out_json: lambda f: f.write(decisions)})
+    except OSError as e:
+        raise UserError(f"cannot write to {outdir}: {e.strerror or e}") from None
+    return out_param, out_bin, out_json

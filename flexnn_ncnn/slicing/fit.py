@@ -1,0 +1,57 @@
+"""Slice until the real profile fits: slice, prepare on this machine, plan; tighten and retry.
+
+The slicer's per-layer costs (analysis.py) estimate what NCNN will allocate; the profile that
+prepare records is what it does allocate (transformed weights, layout conversions, live
+activations). When the plan for the budget is infeasible, every layer's limit is lowered by the
+shortfall (the slicer's `reserve`) and the model is sliced again, until the plan fits, the slicer
+cannot cut further, or the shortfall stops shrinking; the error then names the smallest feasible
+budget any attempt's plan reported. No hand-set caps: every limit derives from the budget.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from .. import planning
+from ..cli import UserError
+from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
+from ..prepare import RuntimeOptions, prepare_model
+from ..units import format_size
+from .slicer import SlicingResult, slice_model, write_sliced
+from .target import Target
+
+log = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 6
+
+
+def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
+                  target: Target, options: RuntimeOptions, scratch: Path, progress: bool = False) -> SlicingResult:
+    """The slicing whose prepared profile plans within `budget`; attempts are written to `scratch`."""
+    input_shapes = {name: tuple(shapes[name].numpy()) for name in graph.inputs}
+    reserve = 0
+    smallest = 0  # the smallest feasible budget an attempt's plan reported (0: none yet)
+    shortfall_before: int | None = None
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            result = slice_model(param, modelbin, graph, shapes, budget, target, reserve, progress)
+        except UserError:
+            if not smallest:
+                raise
+            break  # the slicer cannot cut further
+        sliced_param, sliced_bin, _ = write_sliced(result, scratch, f"attempt{attempt}")
+        try:
+            prepare_model(sliced_param, sliced_bin, budget, input_shapes, options)
+            return result
+        except planning.InfeasibleBudget as e:
+            if not e.min_feasible_budget:
+                raise
+            smallest = min(smallest or e.min_feasible_budget, e.min_feasible_budget)
+            shortfall = e.min_feasible_budget - budget
+            log.info("attempt %d (reserve %s): the plan needs %s more", attempt, format_size(reserve), format_size(shortfall))
+            if shortfall_before is not None and shortfall >= shortfall_before:
+                break  # slicing tighter no longer helps: the rest is activations or fixed buffers
+            shortfall_before = shortfall
+            reserve += shortfall
+    raise planning.InfeasibleBudget(budget, smallest, "no slicing of the model plans within the budget")

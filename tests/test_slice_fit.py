@@ -1,0 +1,60 @@
+"""`slice` for the host target prepares and plans each slicing, tightening and retrying until the
+prepared profile plans within the budget (slicing/fit.py), on a real model (tiny ResNet-152).
+
+The budgets below were found by running the pipeline: at 668,928 B the first slicing's profile
+needs 368,640 B more and the second, sliced with that reserve, fits; at 961,728 B no slicing fits
+and the smallest feasible budget found, 1,037,568 B, is feasible. They depend on the pinned NCNN
+and the slicer's cost model: if either changes, find them again with `-v` (the log shows attempts).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flexnn_ncnn import Session
+from helpers import assert_close, assert_user_error, run_module, stock_output
+
+RETRY_FITS = 668_928
+NO_FIT = 961_728
+SMALLEST_FOUND = 1_037_568
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, np.ndarray]:
+    folder = tmp_path_factory.mktemp("zoo")
+    proc = run_module("models", "resnet152", "--tiny", "-o", str(folder))
+    assert proc.returncode == 0, proc.stderr
+    description = json.loads((folder / "resnet152.json").read_text())
+    shape = ",".join(map(str, [1, *description["inputs"][0]["shape"]]))
+    x = np.random.default_rng(0).standard_normal(description["inputs"][0]["shape"]).astype(np.float32)
+    return folder / "resnet152.param", shape, x
+
+
+def test_an_infeasible_first_slicing_is_tightened_until_the_plan_fits(model, tmp_path: Path) -> None:
+    param, shape, x = model
+    proc = run_module("slice", str(param), "--budget", str(RETRY_FITS), "--input-shape", shape, "-o", str(tmp_path), "-v")
+
+    assert proc.returncode == 0, proc.stderr
+    assert "attempt 1" in proc.stderr and "more" in proc.stderr  # the first slicing did not fit
+    plan = tmp_path / "resnet152.flexnn.plan.json"
+    session = Session(plan)
+    out = session.run({"in0": x})["out0"]
+    assert session.stats()["counted_bytes"] <= RETRY_FITS
+    ref = stock_output(param, param.with_suffix(".bin"), x, "in0", "out0")
+    assert_close(out, ref, 1e-4)
+    assert not list(tmp_path.glob(".resnet152.slicing-*"))  # the attempts' scratch is gone
+
+
+def test_no_fitting_slicing_names_a_feasible_budget_and_writes_nothing(model, tmp_path: Path) -> None:
+    param, shape, _ = model
+    proc = run_module("slice", str(param), "--budget", str(NO_FIT), "--input-shape", shape, "-o", str(tmp_path / "no"))
+    assert_user_error(proc, "infeasible", f"{SMALLEST_FOUND:,} B")
+    assert not (tmp_path / "no").exists() or not any((tmp_path / "no").iterdir())
+
+    proc = run_module("slice", str(param), "--budget", str(SMALLEST_FOUND), "--input-shape", shape, "-o", str(tmp_path / "yes"))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "yes" / "resnet152.flexnn.plan.json").exists()
