@@ -17,7 +17,6 @@ import html.parser
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import tarfile

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import subprocess
 import sys
 import tempfile
@@ -34,9 +33,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import planning, sidecar
-from ..cli import UserError, add_logging_args, run_main, setup_logging
+from ..cli import UserError, run_main, setup_logging
 from . import pagecache
-from .measure import model_inputs, reset_peak_rss, status_bytes
+from .measure import add_run_args, apply_run_args, model_inputs, reset_peak_rss, status_bytes
 
 log = logging.getLogger(__name__)
 
@@ -137,22 +136,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, required=True, help="the model's .json (python -m flexnn_ncnn.models)")
     parser.add_argument("--mode", choices=MODES, default="flexnn", help="which runtime configuration (default flexnn)")
     parser.add_argument("--budget", default="", help="bytes, for flexnn and flexnn-no-preload (empty for on-demand)")
-    parser.add_argument("--threads", type=int, default=2, help="computing threads (default 2)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed inferences first (default 3)")
-    parser.add_argument("--loops", type=int, default=10, help="timed inferences (default 10)")
-    parser.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     parser.add_argument("--fp16", choices=("0", "1"), default="0", help="1: NCNN's fp16 storage/arithmetic where the CPU has it")
-    parser.add_argument("--cpus", default="", help="comma-separated CPUs to run on (default: any)")
-    parser.add_argument("--outputs", type=Path, required=True, help="the .npz to write the outputs to")
-    add_logging_args(parser)
+    add_run_args(parser)
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
-    if args.loops < 1 or args.warmup < 0 or args.threads < 1:
-        raise UserError("--loops and --threads must be at least 1, --warmup at least 0")
+    apply_run_args(args)
     if (args.mode in BUDGETED) != bool(args.budget):
         raise UserError(f"--mode {args.mode} " + ("needs --budget" if args.mode in BUDGETED else "takes no --budget"))
-    if args.cpus:
-        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
     budget = int(args.budget) if args.budget else None
     record = measure(read_description(args.model), args.mode, budget, args.threads, args.warmup, args.loops, args.seed,
                      args.fp16 == "1", args.outputs)

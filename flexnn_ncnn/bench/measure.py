@@ -108,25 +108,35 @@ def measure_stock(description: dict[str, Any], config: str, threads: int, warmup
             "vm_hwm_bytes": vm_hwm, "hwm_reset": hwm_reset, "outputs_npz": str(outputs_npz)}
 
 
+def add_run_args(parser: argparse.ArgumentParser) -> None:
+    """The arguments every benchmark child takes from the harness (docs/EVALUATION.md)."""
+    parser.add_argument("--threads", type=int, default=2, help="computing threads (default 2)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed inferences first (default 3)")
+    parser.add_argument("--loops", type=int, default=10, help="timed inferences (default 10)")
+    parser.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    parser.add_argument("--cpus", default="", help="comma-separated CPUs to run on (default: any)")
+    parser.add_argument("--outputs", type=Path, required=True, help="the .npz to write the outputs to")
+    add_logging_args(parser)
+
+
+def apply_run_args(args: argparse.Namespace) -> None:
+    """Check add_run_args' values and pin this process to --cpus."""
+    if args.loops < 1 or args.warmup < 0 or args.threads < 1:
+        raise UserError("--loops and --threads must be at least 1, --warmup at least 0")
+    if args.cpus:
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from ..models import read_description
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.bench.measure", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="the model's .json (python -m flexnn_ncnn.models)")
     parser.add_argument("--config", choices=sorted(STOCK_CONFIGS), required=True, help="which baseline")
-    parser.add_argument("--threads", type=int, default=2, help="computing threads (default 2)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed inferences first (default 3)")
-    parser.add_argument("--loops", type=int, default=10, help="timed inferences (default 10)")
-    parser.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     parser.add_argument("--fp16", action="store_true", help="NCNN's default fp16 storage/arithmetic where the CPU has it")
-    parser.add_argument("--cpus", default="", help="comma-separated CPUs to run on (default: any)")
-    parser.add_argument("--outputs", type=Path, required=True, help="the .npz to write the outputs to")
-    add_logging_args(parser)
+    add_run_args(parser)
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
-    if args.loops < 1 or args.warmup < 0 or args.threads < 1:
-        raise UserError("--loops and --threads must be at least 1, --warmup at least 0")
-    if args.cpus:
-        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
+    apply_run_args(args)
     result = measure_stock(read_description(args.model), args.config, args.threads, args.warmup, args.loops, args.seed,
                            args.fp16, args.outputs)
     print(json.dumps(result), flush=True)
