@@ -187,13 +187,14 @@ class Plan:
 class InfeasibleBudget(UserError):
     """The budget cannot hold the profile; `min_feasible_budget` can (0 if the search found none)."""
 
-    def __init__(self, budget: int, min_feasible_budget: int, reason: str):
+    def __init__(self, budget: int, min_feasible_budget: int, reason: str, advice: str = ""):
         self.budget = budget
         self.min_feasible_budget = min_feasible_budget
         self.reason = reason
         smallest = (f"the smallest feasible budget is {format_size(min_feasible_budget)}" if min_feasible_budget
                     else "no feasible budget was found")
-        super().__init__(f"budget {format_size(budget)} is infeasible for this profile; {smallest}")
+        super().__init__(f"budget {format_size(budget)} is infeasible for this profile; {smallest}"
+                         + (f"; {advice}" if advice else ""))
 
 
 class InvalidPlan(UserError):
@@ -249,15 +250,18 @@ def pinned_bytes(profile: Profile, plan: Plan) -> int:
     return sum(profile.tensors[i].size for i in plan.pinned_weights)
 
 
-def plan_for_budget(profile: Profile, budget: int, algorithm: str = "flexnn") -> Plan:
-    """The plan the runtime runs within `budget` bytes: its arena plus ARENA_MARGIN fit, and its
-    `budget` is `budget`. Raises InfeasibleBudget naming the smallest such budget."""
-    if budget <= ARENA_MARGIN:
-        raise UserError(f"budget {format_size(budget)} is smaller than the arena's {ARENA_MARGIN} B margin")
+def plan_for_budget(profile: Profile, budget: int, algorithm: str = "flexnn", reserved: int = 0) -> Plan:
+    """The plan the runtime runs within `budget` bytes: its arena plus ARENA_MARGIN plus `reserved`
+    (what the runtime holds outside the arena for its whole life, e.g. the O_DIRECT window) fit, and
+    its `budget` is `budget`. Raises InfeasibleBudget naming the smallest such budget."""
+    beside = ARENA_MARGIN + reserved
+    if budget <= beside:
+        raise UserError(f"budget {format_size(budget)} is smaller than the arena's {ARENA_MARGIN} B margin"
+                        + (f" and {format_size(reserved)} held outside it" if reserved else ""))
     try:
-        plan = make_plan(profile, budget - ARENA_MARGIN, algorithm)
+        plan = make_plan(profile, budget - beside, algorithm)
     except InfeasibleBudget as e:
-        raise InfeasibleBudget(budget, e.min_feasible_budget + ARENA_MARGIN if e.min_feasible_budget else 0, e.reason) from None
+        raise InfeasibleBudget(budget, e.min_feasible_budget + beside if e.min_feasible_budget else 0, e.reason) from None
     return replace(plan, budget=budget)
 
 

@@ -42,12 +42,15 @@ class Session:
     """A prepared model inside one arena: weights stream in on a loading thread while layers compute.
 
     `budget` (bytes) re-plans the stored profile instead of using the file's plan; `threads` must
-    equal the plan's (it is checked, not changed). `overlap_loading=False` makes each layer's load
-    also wait for the previous layer's computation: no loading overlaps computing (On-Demand).
+    equal the plan's (it is checked, not changed). `loader`: the loading thread's cores (any, little,
+    middle, big). `overlap_loading=False` makes each layer's load also wait for the previous layer's
+    computation: no loading overlaps computing (On-Demand). `direct_io=True` reads the .bin with
+    O_DIRECT through an aligned window held outside the arena (`reserved_outside_bytes`): every plan
+    then leaves room for it, so a stored plan made without that room is re-planned.
     """
 
     def __init__(self, plan_path: str | Path, budget: int | None = None, threads: int | None = None, loader: str = "any",
-                 drop_page_cache: bool = False, overlap_loading: bool = True):
+                 drop_page_cache: bool = False, overlap_loading: bool = True, direct_io: bool = False):
         path = Path(plan_path)
         content = sidecar.load(path)
         param, bin_path = content.model_files(path)
@@ -67,7 +70,7 @@ class Session:
             self._executor = native.load().Executor(
                 str(param), str(bin_path), content.executor_schedule(), tensors, layers, threads=target.threads,
                 packing=target.packing, winograd=target.winograd, sgemm=target.sgemm, fp16=target.fp16,
-                loader=loader, drop_page_cache=drop_page_cache, overlap_loading=overlap_loading)
+                loader=loader, drop_page_cache=drop_page_cache, overlap_loading=overlap_loading, direct_io=direct_io)
         except (RuntimeError, ValueError) as e:
             raise UserError(f"{path}: {e}") from None
         self.inputs: list[str] = list(content.inputs)
@@ -75,11 +78,9 @@ class Session:
         self._load_waits_us: list[float] = []
         self._latencies_us: list[float] = []
         self._outside_peak = 0
-        if budget is None:
-            self._set_plan(content.plan)
-            self.budget = content.plan.budget
-        else:
-            self.set_budget(budget)
+        # held outside the arena for the session's life (the O_DIRECT window): counted, and planned around
+        self.reserved_outside_bytes = int(self._executor.reserved_outside_bytes())
+        self.set_budget(content.plan.budget if budget is None else budget)
 
     def _set_plan(self, plan: planning.Plan) -> None:
         try:
@@ -90,10 +91,20 @@ class Session:
 
     def set_budget(self, budget: int) -> None:
         """Move to the plan for `budget` bytes (between inferences): the sidecar's plan or ladder entry for
-        exactly that budget (a lookup), else a re-plan of the stored profile.
+        exactly that budget (a lookup) when it leaves room for `reserved_outside_bytes`, else a re-plan
+        of the stored profile that does.
 
         An infeasible budget raises InfeasibleBudget and leaves the session on its current plan."""
-        self._set_plan(self.sidecar.plan_for(budget) or planning.plan_for_budget(self.profile, budget))
+        stored = self.sidecar.plan_for(budget)
+        if stored is None or stored.arena_bytes + planning.ARENA_MARGIN + self.reserved_outside_bytes > budget:
+            try:
+                stored = planning.plan_for_budget(self.profile, budget, reserved=self.reserved_outside_bytes)
+            except planning.InfeasibleBudget as e:
+                # the profile is of the model as sliced: a smaller budget may need it sliced again
+                raise planning.InfeasibleBudget(e.budget, e.min_feasible_budget, e.reason,
+                                                f"re-slice the model for it: python -m flexnn_ncnn.slice MODEL.param "
+                                                f"--budget {budget}") from None
+        self._set_plan(stored)
         self.budget = budget
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -34,4 +34,4 @@ def test_switching_through_budgets_keeps_outputs_and_memory(tmp_path: Path) -> N
 def test_an_infeasible_budget_in_the_sequence_is_one_error_line(tmp_path: Path) -> None:
     path, b = residual_sidecar(tmp_path)
     proc = run_module("bench.switch", str(path), "--budgets", f"{b['middle']},{b['tightest'] - 1}")
-    assert_user_error(proc, "infeasible", "smallest feasible budget")
+    assert_user_error(proc, "infeasible", "smallest feasible budget", "re-slice the model for it")

@@ -25,3 +25,11 @@ def test_pipelined_inferences_under_a_sanitizer_report_nothing(sanitizer: str, m
     program = built(f"host-{sanitizer}", "native", "tests_native", "runtime_stress")
     report = stress([], program, tmp_path, 2, INFERENCES_PER_MODEL, WRITERS[model])
     assert report["inferences"] == INFERENCES_PER_MODEL and report["budgets"] == 3
+
+
+@pytest.mark.parametrize("sanitizer", ["tsan", "asan"])
+def test_direct_io_and_middle_cores_under_a_sanitizer_report_nothing(sanitizer: str, tmp_path: Path) -> None:
+    """The O_DIRECT window's aligned reads and copies, and the loader's pinning, in pipelined runs."""
+    program = built(f"host-{sanitizer}", "native", "tests_native", "runtime_stress")
+    report = stress([], program, tmp_path, 2, 200, WRITERS["residual"], "direct_io=1", "loader=middle")
+    assert report["inferences"] == 200 and report["budgets"] == 3

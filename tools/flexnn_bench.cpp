@@ -1,14 +1,16 @@
 // flexnn-bench: prepare, plan and run a model on the device, printing one JSON line.
 //
 //   flexnn-bench MODEL.param MODEL.bin INPUT.npy [key=value ...]
-//     budget=BYTES|min  arena + NCNN's over-read margin, for mode=flexnn (required there); min: the
-//                       smallest feasible budget for this model on this device
+//     budget=BYTES|min  what the run may hold: arena + NCNN's over-read margin (+ the O_DIRECT window
+//                       with direct_io=1), for mode=flexnn (required there); min: the smallest
+//                       feasible budget for this model on this device
 //     out=FILE.npy      write the (first) output there
 //     mode=flexnn       prepare here, plan for the budget, run in the planned arena (default);
 //                       ondemand: the same, but each layer's load waits for the previous layer's
 //                       computation (no overlap; with budget=min, the On-Demand baseline);
 //                       stock / direct: NCNN's own Net with default options / Winograd and sgemm off
-//     loops=8 warmup=4 threads=1 loader=any|little|big input=data output=output
+//     direct_io=1       read the .bin with O_DIRECT (the planner leaves room for its aligned window)
+//     loops=8 warmup=4 threads=1 loader=any|little|middle|big input=data output=output
 //
 // Output: {"mode", "budget", "latency_us": {"min", "median", "max"}, "arena_bytes", "outside_arena_bytes",
 // "vm_hwm_minus_idle_bytes", "load_wait_us_median"}. Errors: one "error: ..." line, exit 1.
@@ -70,10 +72,10 @@ int main(int argc, char** argv)
 {
     if (argc < 4)
         return fail("usage: flexnn-bench MODEL.param MODEL.bin INPUT.npy [budget=BYTES|min mode=flexnn|ondemand|stock|direct "
-                    "loops=8 warmup=4 threads=1 loader=any input=data output=output out=FILE.npy]");
+                    "loops=8 warmup=4 threads=1 loader=any|little|middle|big direct_io=0|1 input=data output=output out=FILE.npy]");
     std::map<std::string, std::string> args = {{"mode", "flexnn"}, {"loops", "8"}, {"warmup", "4"}, {"threads", "1"},
                                                {"loader", "any"}, {"input", "data"}, {"output", "output"}, {"budget", "0"},
-                                               {"out", ""}};
+                                               {"out", ""}, {"direct_io", "0"}};
     for (int i = 4; i < argc; i++)
     {
         const std::string arg = argv[i];
@@ -91,10 +93,15 @@ int main(int argc, char** argv)
         return fail("loops and threads must be at least 1, warmup at least 0");
     if (args["loader"] == "little")
         options.loader_cores = flexnn::LoaderCores::Little;
+    else if (args["loader"] == "middle")
+        options.loader_cores = flexnn::LoaderCores::Middle;
     else if (args["loader"] == "big")
         options.loader_cores = flexnn::LoaderCores::Big;
     else if (args["loader"] != "any")
-        return fail("loader must be any, little or big");
+        return fail("loader must be any, little, middle or big");
+    if (args["direct_io"] != "0" && args["direct_io"] != "1")
+        return fail("direct_io must be 0 or 1");
+    options.direct_io = args["direct_io"] == "1";
 
     const uint64_t idle_rss = status_bytes("VmRSS");
     ncnn::Mat input;
@@ -133,13 +140,6 @@ int main(int argc, char** argv)
         s = flexnn::prepare(param, bin, inputs, outputs, options, prepared);
         if (!s.ok())
             return fail(s.message());
-        if (args["budget"] == "min")
-        {
-            const uint64_t smallest = flexnn::min_feasible_budget(prepared.profile, flexnn::PlannerOptions());
-            if (!smallest)
-                return fail("the planner found no feasible budget for this model");
-            budget = smallest + kArenaMargin;
-        }
         // prepare held every weight at once: measure the peak of the runs only
 #if defined(__GLIBC__)
         malloc_trim(0);
@@ -147,8 +147,21 @@ int main(int argc, char** argv)
         std::ofstream("/proc/self/clear_refs") << "5";
         std::unique_ptr<flexnn::Executor> executor;
         s = flexnn::Executor::create(param, bin, options, prepared.schedule, prepared.profile, executor);
-        if (s.ok())
-            s = executor->set_budget(budget - kArenaMargin, flexnn::PlannerOptions());
+        if (!s.ok())
+            return fail(s.message());
+        // the budget holds the arena, its margin, and what the executor keeps outside the arena
+        const uint64_t beside_arena = kArenaMargin + executor->reserved_outside_bytes();
+        if (args["budget"] == "min")
+        {
+            const uint64_t smallest = flexnn::min_feasible_budget(prepared.profile, flexnn::PlannerOptions());
+            if (!smallest)
+                return fail("the planner found no feasible budget for this model");
+            budget = smallest + beside_arena;
+        }
+        if (budget <= beside_arena)
+            return fail("budget " + std::to_string(budget) + " B leaves no room for an arena beside " + std::to_string(beside_arena)
+                        + " B (margin and O_DIRECT window)");
+        s = executor->set_budget(budget - beside_arena, flexnn::PlannerOptions());
         if (!s.ok())
             return fail(s.message());
         for (int i = 0; i < warmup + loops; i++)

@@ -5,6 +5,7 @@
 // "error: ..." line, exit 1.
 //
 //   runtime_stress MODEL.param MODEL.bin INPUT.npy INPUT_BLOB OUTPUT_BLOB THREADS INFERENCES SWITCH_EVERY BUDGET...
+//                  [direct_io=1] [loader=middle]
 #include "planner/planner.h"
 #include "runtime/executor.h"
 #include "runtime/npy.h"
@@ -59,8 +60,17 @@ int main(int argc, char** argv)
     const flexnn::PlannerOptions planner;
     std::vector<uint64_t> budgets;
     for (int i = 9; i < argc; i++)
-        budgets.push_back(std::strcmp(argv[i], "min") == 0 ? flexnn::min_feasible_budget(prepared.profile, planner)
-                                                           : std::strtoull(argv[i], nullptr, 10));
+    {
+        if (std::strcmp(argv[i], "direct_io=1") == 0)
+            options.direct_io = true;
+        else if (std::strcmp(argv[i], "loader=middle") == 0)
+            options.loader_cores = flexnn::LoaderCores::Middle;
+        else
+            budgets.push_back(std::strcmp(argv[i], "min") == 0 ? flexnn::min_feasible_budget(prepared.profile, planner)
+                                                               : std::strtoull(argv[i], nullptr, 10));
+    }
+    if (budgets.empty())
+        return fail("no BUDGET given");
 
     std::unique_ptr<flexnn::Executor> executor;
     s = flexnn::Executor::create(param, bin, options, prepared.schedule, prepared.profile, executor);

@@ -2,6 +2,7 @@
 // numpy arrays in NCNN's shape convention (see runtime/tensor.h); errors raise RuntimeError.
 #include "planner/plan_dict.h"
 #include "runtime/build_info.h"
+#include "runtime/cpu_clusters.h"
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
 #include "runtime/stock_run.h"
@@ -51,12 +52,13 @@ py::dict counts_dict(const flexnn::AllocationCounts& c)
     d["peak_bytes"] = c.peak_bytes;
     d["total_bytes"] = c.total_bytes;
     d["allocations"] = c.allocations;
+    d["largest_bytes"] = c.largest_bytes;
     return d;
 }
 
 py::tuple run_stock(const std::string& param, const std::string& bin, const std::map<std::string, FloatArray>& inputs,
                     const std::vector<std::string>& outputs, int threads, bool winograd, bool sgemm, bool packing,
-                    bool count_weights)
+                    bool count_weights, bool count_workspace)
 {
     flexnn::NamedMats mats;
     for (const auto& kv : inputs)
@@ -67,6 +69,7 @@ py::tuple run_stock(const std::string& param, const std::string& bin, const std:
     options.use_sgemm = sgemm;
     options.use_packing_layout = packing;
     options.count_weights = count_weights;
+    options.count_workspace = count_workspace;
     flexnn::StockRunResult result;
     {
         py::gil_scoped_release unlocked;
@@ -78,6 +81,7 @@ py::tuple run_stock(const std::string& param, const std::string& bin, const std:
     py::dict stats;
     stats["weights"] = counts_dict(result.weights);
     stats["weights_live_after_clear"] = result.weights_live_after_clear;
+    stats["workspace"] = counts_dict(result.workspace);
     return py::make_tuple(out, stats);
 }
 
@@ -86,7 +90,7 @@ using flexnn::plan_dict::LayerTuple;
 using flexnn::plan_dict::TensorTuple;
 
 flexnn::RuntimeOptions runtime_options(int threads, bool packing, bool winograd, bool sgemm, bool fp16, const std::string& loader,
-                                       bool drop_page_cache, bool overlap_loading = true)
+                                       bool drop_page_cache, bool overlap_loading = true, bool direct_io = false)
 {
     flexnn::RuntimeOptions o;
     o.num_threads = threads;
@@ -96,14 +100,17 @@ flexnn::RuntimeOptions runtime_options(int threads, bool packing, bool winograd,
     o.use_fp16 = fp16;
     o.drop_page_cache = drop_page_cache;
     o.overlap_loading = overlap_loading;
+    o.direct_io = direct_io;
     if (loader == "any")
         o.loader_cores = flexnn::LoaderCores::Any;
     else if (loader == "little")
         o.loader_cores = flexnn::LoaderCores::Little;
     else if (loader == "big")
         o.loader_cores = flexnn::LoaderCores::Big;
+    else if (loader == "middle")
+        o.loader_cores = flexnn::LoaderCores::Middle;
     else
-        throw std::invalid_argument("loader cores must be any, little or big, not '" + loader + "'");
+        throw std::invalid_argument("loader cores must be any, little, middle or big, not '" + loader + "'");
     return o;
 }
 
@@ -173,9 +180,10 @@ class PyExecutor
 public:
     PyExecutor(const std::string& param, const std::string& bin, const py::dict& schedule, const std::vector<TensorTuple>& tensors,
                const std::vector<LayerTuple>& layers, int threads, bool packing, bool winograd, bool sgemm, bool fp16,
-               const std::string& loader, bool drop_page_cache, bool overlap_loading)
+               const std::string& loader, bool drop_page_cache, bool overlap_loading, bool direct_io)
     {
-        const flexnn::RuntimeOptions options = runtime_options(threads, packing, winograd, sgemm, fp16, loader, drop_page_cache, overlap_loading);
+        const flexnn::RuntimeOptions options
+            = runtime_options(threads, packing, winograd, sgemm, fp16, loader, drop_page_cache, overlap_loading, direct_io);
         flexnn::LayerSchedule s = schedule_from(schedule);
         flexnn::Profile p = flexnn::plan_dict::profile_from_columns(tensors, layers);
         py::gil_scoped_release unlocked;
@@ -225,6 +233,10 @@ public:
     {
         return executor_->arena_bytes();
     }
+    uint64_t reserved_outside_bytes() const
+    {
+        return executor_->reserved_outside_bytes();
+    }
 
 private:
     std::unique_ptr<flexnn::Executor> executor_;
@@ -249,9 +261,10 @@ PYBIND11_MODULE(_native, m)
 
     m.def("run_stock", &run_stock, py::arg("param"), py::arg("bin"), py::arg("inputs"), py::arg("outputs"),
           py::arg("threads") = 1, py::arg("winograd") = true, py::arg("sgemm") = true, py::arg("packing") = true,
-          py::arg("count_weights") = false,
+          py::arg("count_weights") = false, py::arg("count_workspace") = false,
           "One inference with the patched NCNN's own Net. Returns ({output: array}, stats); with "
-          "count_weights, weights and their transformed copies are routed through a counting allocator.");
+          "count_weights, weights and their transformed copies are routed through a counting allocator; "
+          "with count_workspace, the inference's workspace.");
 
     m.def("prepare", &prepare, py::arg("param"), py::arg("bin"), py::arg("inputs"), py::arg("outputs"), py::arg("threads") = 1,
           py::arg("packing") = true, py::arg("winograd") = true, py::arg("sgemm") = true, py::arg("fp16") = true,
@@ -259,14 +272,28 @@ PYBIND11_MODULE(_native, m)
 
     py::class_<PyExecutor>(m, "Executor", "A prepared model run under a plan (runtime/executor.h).")
         .def(py::init<const std::string&, const std::string&, const py::dict&, const std::vector<TensorTuple>&,
-                      const std::vector<LayerTuple>&, int, bool, bool, bool, bool, const std::string&, bool, bool>(),
+                      const std::vector<LayerTuple>&, int, bool, bool, bool, bool, const std::string&, bool, bool, bool>(),
              py::arg("param"), py::arg("bin"), py::arg("schedule"), py::arg("tensors"), py::arg("layers"), py::arg("threads") = 1,
              py::arg("packing") = true, py::arg("winograd") = true, py::arg("sgemm") = true, py::arg("fp16") = true,
-             py::arg("loader") = "any", py::arg("drop_page_cache") = false, py::arg("overlap_loading") = true)
+             py::arg("loader") = "any", py::arg("drop_page_cache") = false, py::arg("overlap_loading") = true,
+             py::arg("direct_io") = false)
         .def("set_plan", &PyExecutor::set_plan, py::arg("plan"), "check the plan (planner columns) and move to its arena")
         .def("set_budget", &PyExecutor::set_budget, py::arg("budget"), py::arg("algorithm") = "flexnn", py::arg("alignment") = 64,
              "re-plan the stored profile for this arena size and move to it")
         .def("run", &PyExecutor::run, py::arg("inputs"), "one inference: ({output: array}, stats)")
         .def("plan", &PyExecutor::plan)
-        .def("arena_bytes", &PyExecutor::arena_bytes);
+        .def("arena_bytes", &PyExecutor::arena_bytes)
+        .def("reserved_outside_bytes", &PyExecutor::reserved_outside_bytes,
+             "bytes held outside the arena for the executor's life (the O_DIRECT window): a budget must leave room");
+
+    m.def("cpu_clusters", [](const std::string& sysfs_cpu_root) {
+        std::vector<std::vector<int> > clusters;
+        check(flexnn::cpu_clusters(sysfs_cpu_root, clusters));
+        return clusters;
+    }, py::arg("sysfs_cpu_root") = flexnn::kSysfsCpuRoot, "cores grouped by maximum frequency, slowest first ([] when unreadable)");
+    m.def("middle_cpus", [](const std::string& sysfs_cpu_root) {
+        std::vector<int> cpus;
+        check(flexnn::middle_cpus(sysfs_cpu_root, cpus));
+        return cpus;
+    }, py::arg("sysfs_cpu_root") = flexnn::kSysfsCpuRoot, "the cores loader='middle' pins the loading thread to ([]: any)");
 }

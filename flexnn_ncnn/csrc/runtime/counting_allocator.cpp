@@ -26,6 +26,7 @@ void* CountingAllocator::fastMalloc(size_t size)
     counts_.current_bytes += size;
     counts_.total_bytes += size;
     counts_.allocations += 1;
+    counts_.largest_bytes = std::max(counts_.largest_bytes, size);
     counts_.peak_bytes = std::max(counts_.peak_bytes, counts_.current_bytes);
     return ptr;
 }

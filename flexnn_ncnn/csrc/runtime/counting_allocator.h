@@ -15,6 +15,7 @@ struct AllocationCounts
     size_t peak_bytes = 0;    // most live at once
     size_t total_bytes = 0;   // ever allocated
     size_t allocations = 0;   // fastMalloc calls
+    size_t largest_bytes = 0; // largest single allocation
 };
 
 // A heap allocator that counts what passes through it: how the runtime accounts for memory it

@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include "planner/check_plan.h"
+#include "runtime/cpu_clusters.h"
 #include "runtime/thread_allocator_scope.h"
 #include "runtime/weight_reader.h"
 
@@ -52,9 +53,21 @@ Status Executor::create(const std::string& param_path, const std::string& bin_pa
                              + std::to_string(schedule.step_count()));
     std::unique_ptr<Executor> e(new Executor(options, std::move(schedule), std::move(profile)));
     e->model_.reset(new Model);
-    s = e->model_->open(param_path, bin_path, options.ncnn_option(), e.get());
+    s = e->model_->open(param_path, bin_path, options.ncnn_option(), e.get(), options.direct_io);
     if (!s.ok())
         return s;
+    s = e->choose_loader_cpus();
+    if (!s.ok())
+        return s;
+    if (options.direct_io)
+    {
+        uint64_t largest = 0;
+        for (const ByteRange& r : e->schedule_.ranges)
+            largest = std::max(largest, r.end - r.begin);
+        s = e->window_.allocate(DirectWindow::size_for(largest), &e->outside_);
+        if (!s.ok())
+            return s;
+    }
     s = e->schedule_.validate(*e->model_);
     if (!s.ok())
         return s;
@@ -66,6 +79,24 @@ Status Executor::create(const std::string& param_path, const std::string& bin_pa
     e->load_opt_.blob_allocator = nullptr; // all a layer builds lands in the weights allocator
     e->load_opt_.workspace_allocator = nullptr;
     out = std::move(e);
+    return Status();
+}
+
+Status Executor::choose_loader_cpus()
+{
+    pin_loader_ = options_.loader_cores != LoaderCores::Any;
+    if (options_.loader_cores == LoaderCores::Little || options_.loader_cores == LoaderCores::Big)
+        loader_cpus_ = ncnn::get_cpu_thread_affinity_mask(options_.loader_cores == LoaderCores::Little ? 1 : 2);
+    if (options_.loader_cores != LoaderCores::Middle)
+        return Status();
+    std::vector<int> cpus;
+    Status s = middle_cpus(kSysfsCpuRoot, cpus);
+    if (!s.ok())
+        return Status::error("middle cores: " + s.message());
+    pin_loader_ = !cpus.empty(); // no middle cluster to tell: any core
+    loader_cpus_.disable_all();
+    for (int cpu : cpus)
+        loader_cpus_.enable(cpu);
     return Status();
 }
 
@@ -175,7 +206,7 @@ Status Executor::load_step(int step)
     const int layer = layer_at(step);
     PlannedLayer* planned = model_->planned(layer);
     const ByteRange& range = schedule_.ranges[layer];
-    WeightReader reader(model_->weights(), range);
+    WeightReader reader(model_->weights(), range, options_.direct_io ? &window_ : nullptr);
     load_clock_.begin(step);
     Status s;
     {
@@ -201,10 +232,10 @@ Status Executor::load_step(int step)
 // Whenever it stops early it stops the inference too, so no computation waits for a load forever.
 void Executor::load_all()
 {
-    if (options_.loader_cores != LoaderCores::Any)
-        ncnn::set_cpu_thread_affinity(ncnn::get_cpu_thread_affinity_mask(options_.loader_cores == LoaderCores::Little ? 1 : 2));
+    if (pin_loader_ && ncnn::set_cpu_thread_affinity(loader_cpus_) != 0)
+        failure_.set("cannot pin the loading thread to its cores (" + std::to_string(loader_cpus_.num_enabled()) + " chosen)");
     weights_.begin_inference(std::this_thread::get_id());
-    for (int step = 1; step < schedule_.output_step(); step++)
+    for (int step = 1; step < schedule_.output_step() && !failure_.failed(); step++)
     {
         if (!resident_[step])
         {

@@ -6,6 +6,7 @@
 #include "planner/profile.h"
 #include "runtime/arena_allocator.h"
 #include "runtime/counting_allocator.h"
+#include "runtime/direct_window.h"
 #include "runtime/failure.h"
 #include "runtime/layer_schedule.h"
 #include "runtime/model.h"
@@ -14,6 +15,8 @@
 #include "runtime/status.h"
 #include "runtime/step_clock.h"
 #include "runtime/stock_run.h"
+
+#include <cpu.h>
 
 #include <memory>
 #include <mutex>
@@ -62,6 +65,12 @@ public:
     }
     // bytes the arena holds: the plan's arena plus NCNN's over-read margin past its last buffer
     uint64_t arena_bytes() const;
+    // bytes held outside the arena for the executor's whole life (the O_DIRECT window): counted in
+    // every run's outside-arena peak, so a budget must leave room for them beside the arena
+    uint64_t reserved_outside_bytes() const
+    {
+        return window_.allocated_bytes();
+    }
 
 private:
     Executor(const RuntimeOptions& options, LayerSchedule schedule, Profile profile);
@@ -69,6 +78,8 @@ private:
     int before_compute(int layer_index) override;
     int after_compute(int layer_index, int ret) override;
 
+    // the loading thread's cores for options_.loader_cores
+    Status choose_loader_cpus();
     Status load_step(int step);
     // unload every layer, then free the arena (a run needs a plan again)
     void release_arena();
@@ -85,6 +96,8 @@ private:
     std::vector<std::string> step_names_;
     std::vector<bool> resident_;    // per step: built once per plan
     std::vector<int> wait_for_;     // per step: the computation its load waits for, -1 none
+    bool pin_loader_ = false;       // whether the loading thread runs on loader_cpus_ only
+    ncnn::CpuSet loader_cpus_;
     ncnn::Option load_opt_;
     std::mutex turn_; // one run or plan change at a time
 
@@ -98,6 +111,7 @@ private:
     ArenaAllocator weights_;
     ArenaAllocator blobs_;
     ArenaAllocator workspace_;
+    DirectWindow window_; // O_DIRECT reads only; allocated from outside_
 
     // declared last, destroyed first: layers release their Mats into the allocators above
     std::unique_ptr<unsigned char, void (*)(unsigned char*)> arena_;

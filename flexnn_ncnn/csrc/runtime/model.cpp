@@ -64,7 +64,8 @@ Model::~Model()
     net_.clear();
 }
 
-Status Model::open(const std::string& param_path, const std::string& bin_path, const ncnn::Option& opt, ComputeHooks* hooks)
+Status Model::open(const std::string& param_path, const std::string& bin_path, const ncnn::Option& opt, ComputeHooks* hooks,
+                   bool direct_io)
 {
     net_.opt = opt;
     net_.opt.use_vulkan_compute = false;
@@ -88,7 +89,7 @@ Status Model::open(const std::string& param_path, const std::string& bin_path, c
         layers[i] = new PlannedLayer(*stock, dicts[i], i, hooks);
         delete stock; // built by create_layer_cpu, never loaded: nothing registered to destroy it
     }
-    return weights_.open(bin_path);
+    return weights_.open(bin_path, direct_io);
 }
 
 PlannedLayer* Model::planned(int layer_index) const

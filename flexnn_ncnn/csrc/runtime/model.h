@@ -18,8 +18,10 @@ namespace flexnn {
 class Model
 {
 public:
-    // opt: the options every layer is built and run with (threads, packing, fp16, ...)
-    Status open(const std::string& param_path, const std::string& bin_path, const ncnn::Option& opt, ComputeHooks* hooks);
+    // opt: the options every layer is built and run with (threads, packing, fp16, ...); direct_io:
+    // the .bin is opened for O_DIRECT (WeightFile::open)
+    Status open(const std::string& param_path, const std::string& bin_path, const ncnn::Option& opt, ComputeHooks* hooks,
+                bool direct_io);
     ~Model();
 
     ncnn::Net& net()

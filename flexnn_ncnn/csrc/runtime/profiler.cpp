@@ -70,7 +70,7 @@ Status prepare(const std::string& param_path, const std::string& bin_path, const
     RecordingHooks hooks(clock);
 
     Model model;
-    Status s = model.open(param_path, bin_path, options.ncnn_option(), &hooks);
+    Status s = model.open(param_path, bin_path, options.ncnn_option(), &hooks, false);
     if (!s.ok())
         return s;
     const int layer_count = model.layer_count();

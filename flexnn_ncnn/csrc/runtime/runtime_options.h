@@ -5,12 +5,14 @@
 
 namespace flexnn {
 
-// Which cores the loading thread may run on (NCNN's CpuSet masks; "any" leaves it unpinned).
+// Which cores the loading thread may run on: NCNN's CpuSet masks for little and big, the clusters
+// of cpu_clusters.h for middle; "any" leaves it unpinned.
 enum class LoaderCores
 {
     Any = 0,
     Little = 1,
     Big = 2,
+    Middle = 3,
 };
 
 // What a model is prepared and run with. Everything that changes the layers' transformed weights
@@ -25,6 +27,9 @@ struct RuntimeOptions
     bool use_fp16 = true; // NCNN's default: fp16 storage/arithmetic where the CPU has it
     LoaderCores loader_cores = LoaderCores::Any;
     bool drop_page_cache = false; // posix_fadvise(DONTNEED) each layer's bytes after loading them
+    // read the .bin with O_DIRECT through an aligned window of at most DirectWindow::kMaxBytes, held
+    // outside the arena for the executor's life (Executor::reserved_outside_bytes)
+    bool direct_io = false;
     // false: load(s) also waits for comp(s - 1), so loading never overlaps computing (the On-Demand
     // baseline, paper section 5.1, when run with the tightest plan)
     bool overlap_loading = true;

@@ -29,12 +29,15 @@ Status run_stock(const std::string& param_path, const std::string& bin_path, con
             return Status::error("cannot open " + *path);
 
     CountingAllocator weights; // outlives the net: its Mats are freed into it
+    CountingAllocator workspace;
     {
         ncnn::Net net;
         net.opt.num_threads = options.num_threads;
         net.opt.use_winograd_convolution = options.use_winograd;
         net.opt.use_sgemm_convolution = options.use_sgemm;
         net.opt.use_packing_layout = options.use_packing_layout;
+        if (options.count_workspace)
+            net.opt.workspace_allocator = &workspace;
 
         if (net.load_param(param_path.c_str()) != 0)
             return Status::error("cannot load " + param_path);
@@ -59,6 +62,7 @@ Status run_stock(const std::string& param_path, const std::string& bin_path, con
         }
     }
     result.weights_live_after_clear = weights.counts().current_bytes;
+    result.workspace = workspace.counts();
     return Status();
 }
 

@@ -24,6 +24,9 @@ struct StockRunOptions
     // route weights and their transformed copies (load_model, create_pipeline) through a counting
     // allocator (ncnn_patches/0001), to see how much of the model's memory the hook reaches
     bool count_weights = false;
+    // route the Net's workspace (im2col matrices, padded inputs, layout conversions) through a
+    // counting allocator, to measure a layer's scratch memory (ncnn_patches/0002's input slicing)
+    bool count_workspace = false;
 };
 
 struct StockRunResult
@@ -31,6 +34,7 @@ struct StockRunResult
     NamedMats outputs;
     AllocationCounts weights;         // what the hook routed while loading (all zero unless count_weights)
     size_t weights_live_after_clear = 0; // routed bytes still live once the net is cleared: must be 0
+    AllocationCounts workspace;       // the inference's workspace (all zero unless count_workspace)
 };
 
 // One inference with NCNN's own Net: load, forward inputs, extract outputs, clear.

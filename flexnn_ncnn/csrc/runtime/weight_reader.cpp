@@ -7,18 +7,41 @@
 
 namespace flexnn {
 
+namespace {
+
+// pread until `size` bytes or the file's end (or an error): the bytes read
+size_t pread_all(int fd, void* buf, size_t size, uint64_t offset)
+{
+    size_t done = 0;
+    while (done < size)
+    {
+        ssize_t n = pread(fd, (unsigned char*)buf + done, size - done, (off_t)(offset + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        done += (size_t)n;
+    }
+    return done;
+}
+
+} // namespace
+
 WeightFile::~WeightFile()
 {
     if (fd_ >= 0)
         close(fd_);
 }
 
-Status WeightFile::open(const std::string& path)
+Status WeightFile::open(const std::string& path, bool direct)
 {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
+    if (fd_ < 0 && direct && errno == EINVAL)
+        return Status::error("cannot open weights " + path + " with O_DIRECT: its file system refuses direct I/O");
     if (fd_ < 0)
         return Status::error("cannot open weights " + path + ": " + strerror(errno));
     path_ = path;
+    direct_ = direct;
     return Status();
 }
 
@@ -28,9 +51,11 @@ void WeightFile::drop_cached(const ByteRange& range) const
         posix_fadvise(fd_, (off_t)range.begin, (off_t)(range.end - range.begin), POSIX_FADV_DONTNEED);
 }
 
-WeightReader::WeightReader(const WeightFile& file, ByteRange range)
-    : file_(file), range_(range), position_(range.begin)
+WeightReader::WeightReader(const WeightFile& file, ByteRange range, DirectWindow* window)
+    : file_(file), range_(range), window_(window), position_(range.begin)
 {
+    if (window_)
+        window_->forget(); // the file may have changed since its last load
 }
 
 size_t WeightReader::read(void* buf, size_t size) const
@@ -38,16 +63,13 @@ size_t WeightReader::read(void* buf, size_t size) const
     const uint64_t wanted_end = position_ + size;
     const size_t allowed = wanted_end <= range_.end ? size : (size_t)(range_.end > position_ ? range_.end - position_ : 0);
     size_t done = 0;
-    while (done < allowed)
-    {
-        ssize_t n = pread(file_.fd(), (unsigned char*)buf + done, allowed - done, (off_t)(position_ + done));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        done += (size_t)n;
-    }
-    if (done < size && error_.empty())
+    if (!file_.direct())
+        done = pread_all(file_.fd(), buf, allowed, position_);
+    else if (window_)
+        done = window_->copy(file_.fd(), file_.path(), position_, buf, allowed, range_.end, error_);
+    else
+        error_ = file_.path() + " is open for O_DIRECT but its reader has no aligned window";
+    if (done < size && error_.empty()) // (a failed O_DIRECT read has said why)
     {
         error_ = file_.path() + " ended at byte " + std::to_string(position_ + done) + ", " + std::to_string(wanted_end)
                  + " expected" + (allowed < size ? " (past the layer's planned bytes)" : "");

@@ -1,6 +1,7 @@
 #ifndef FLEXNN_WEIGHT_READER_H
 #define FLEXNN_WEIGHT_READER_H
 
+#include "runtime/direct_window.h"
 #include "runtime/status.h"
 
 #include <datareader.h>
@@ -27,7 +28,13 @@ public:
     WeightFile(const WeightFile&) = delete;
     WeightFile& operator=(const WeightFile&) = delete;
 
-    Status open(const std::string& path);
+    // direct: O_DIRECT, bypassing the page cache (reads then go through a DirectWindow); a file
+    // system that refuses it is an error naming the file, never a silent fallback
+    Status open(const std::string& path, bool direct = false);
+    bool direct() const
+    {
+        return direct_;
+    }
     const std::string& path() const
     {
         return path_;
@@ -42,16 +49,18 @@ public:
 private:
     std::string path_;
     int fd_ = -1;
+    bool direct_ = false;
 };
 
 // NCNN's view of one layer's bytes: ModelBin's reads go with pread straight into the buffer NCNN
 // allocated for the weight (which the weights allocator placed at its planned arena offset), so
 // there is no staging copy. Reading past the range's end, or a file shorter than it, is a short
 // read, which NCNN's ModelBin turns into a failed load; error() then says what was missing.
+// A file opened for O_DIRECT is read through `window` instead (aligned blocks, then a copy).
 class WeightReader : public ncnn::DataReader
 {
 public:
-    WeightReader(const WeightFile& file, ByteRange range);
+    WeightReader(const WeightFile& file, ByteRange range, DirectWindow* window = nullptr);
     size_t read(void* buf, size_t size) const override;
 
     // the bytes consumed so far
@@ -68,6 +77,7 @@ public:
 private:
     const WeightFile& file_;
     const ByteRange range_;
+    DirectWindow* const window_;
     mutable uint64_t position_;
     mutable std::string error_;
 };

@@ -1,0 +1,223 @@
+"""How the loading thread reads weights (issue 6): on which cores (`loader=middle`, the clusters told
+apart by sysfs' maximum frequencies) and through O_DIRECT (`direct_io`: aligned reads into a bounce
+window held outside the arena and counted, the plan leaving room for it). Outputs equal stock NCNN.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flexnn_ncnn import Session, native, planning
+from flexnn_ncnn.cli import UserError
+from helpers import assert_user_error, built, run_module, stock_output
+from test_runtime import WRITERS, ModelCase, assert_close, budgets_for, prepared, write_mlp
+from test_runtime_bench import QEMU
+
+WINDOW_MAX = (1 << 20) + 4096  # the O_DIRECT window's most: 1 MiB, plus alignment slack
+GHZ = {"little": 1_800_000, "middle": 2_400_000, "big": 3_000_000, "prime": 3_200_000}  # kHz, as sysfs writes them
+
+
+def fake_sysfs(root: Path, khz: list[int | None]) -> Path:
+    """A /sys/devices/system/cpu lookalike: cpuN/cpufreq/cpuinfo_max_freq for each core (None: no
+    cpufreq folder), plus the non-core entries the real one has."""
+    root.mkdir(parents=True)
+    for i, f in enumerate(khz):
+        (root / f"cpu{i}").mkdir()
+        if f is not None:
+            (root / f"cpu{i}" / "cpufreq").mkdir()
+            (root / f"cpu{i}" / "cpufreq" / "cpuinfo_max_freq").write_text(f"{f}\n")
+    (root / "cpufreq").mkdir()
+    (root / "cpuidle").mkdir()
+    (root / "online").write_text(f"0-{len(khz) - 1}\n")
+    return root
+
+
+L, M, B, P = GHZ["little"], GHZ["middle"], GHZ["big"], GHZ["prime"]
+LAYOUTS = {
+    # name: (max frequency per core, clusters slowest first, middle cores)
+    "three_clusters": ([L, L, L, L, M, M, M, B], [[0, 1, 2, 3], [4, 5, 6], [7]], [4, 5, 6]),
+    "three_clusters_interleaved": ([B, M, L, M, L], [[2, 4], [1, 3], [0]], [1, 3]),
+    "four_tiers": ([L, L, L, M, M, B, B, P], [[0, 1, 2], [3, 4], [5, 6], [7]], [3, 4, 5, 6]),
+    "two_clusters": ([L, L, L, L, B, B, B, B], [[0, 1, 2, 3], [4, 5, 6, 7]], [0, 1, 2, 3]),
+    "twelve_cores_numeric_order": ([L] * 10 + [M, B], [list(range(10)), [10], [11]], [10]),
+    "one_cluster": ([B, B, B, B], [[0, 1, 2, 3]], []),
+    "a_core_without_cpufreq": ([L, L, None, B], [], []),
+    "no_cores": ([], [], []),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_middle_cores_come_from_the_clusters_of_maximum_frequency(layout: str, tmp_path: Path) -> None:
+    khz, clusters, middle = LAYOUTS[layout]
+    root = fake_sysfs(tmp_path / "cpu", khz)
+    assert native.load().cpu_clusters(str(root)) == clusters
+    assert native.load().middle_cpus(str(root)) == middle
+
+
+def test_an_unreadable_sysfs_means_any_core_and_a_malformed_frequency_is_an_error(tmp_path: Path) -> None:
+    assert native.load().middle_cpus(str(tmp_path / "missing")) == []
+    root = fake_sysfs(tmp_path / "cpu", [L, B])
+    (root / "cpu1" / "cpufreq" / "cpuinfo_max_freq").write_text("fast\n")
+    with pytest.raises(RuntimeError, match=r"cpu1/cpufreq/cpuinfo_max_freq does not hold a frequency"):
+        native.load().middle_cpus(str(root))
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory: pytest.TempPathFactory) -> tuple[ModelCase, Path, dict[str, int]]:
+    folder = tmp_path_factory.mktemp("mlp")
+    param, bin_, x = write_mlp(folder)
+    m = ModelCase("mlp", param, bin_, x, stock_output(param, bin_, x))
+    path, content = prepared(m, folder)
+    return m, path, budgets_for(content)
+
+
+def test_loader_on_middle_cores_changes_no_output(mlp: tuple[ModelCase, Path, dict[str, int]]) -> None:
+    m, path, budgets = mlp
+    session = Session(path, budget=budgets["tightest"], loader="middle")
+    for _ in range(2):
+        assert_close(session.run({"data": m.x})["output"], m.ref)
+    assert session.stats()["counted_bytes"] <= budgets["tightest"]
+
+
+def test_an_unknown_loader_is_refused(mlp: tuple[ModelCase, Path, dict[str, int]]) -> None:
+    with pytest.raises(UserError, match="any, little, middle or big, not 'medium'"):
+        Session(mlp[1], loader="medium")
+
+
+def direct_io_refusal(folder: Path) -> str | None:
+    """Why O_DIRECT does not work for a file in `folder` (None: it does): open, then one aligned read."""
+    probe = folder / ".odirect_probe"
+    probe.write_bytes(b"\0" * 8192)
+    try:
+        fd = os.open(probe, os.O_RDONLY | os.O_DIRECT)
+        try:
+            os.preadv(fd, [mmap.mmap(-1, 4096)], 0)
+        finally:
+            os.close(fd)
+        return None
+    except OSError as e:
+        return f"{folder}: {e.strerror}"
+    finally:
+        probe.unlink()
+
+
+@pytest.fixture(scope="module")
+def direct_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A writable folder whose file system takes O_DIRECT: pytest's temporary folder, else one in the checkout."""
+    tried = []
+    for folder in (tmp_path_factory.mktemp("direct"), Path(__file__).resolve().parent.parent / "build"):
+        refusal = direct_io_refusal(folder)
+        if refusal is None:
+            return folder
+        tried.append(refusal)
+    pytest.skip("no writable file system here takes O_DIRECT: " + "; ".join(tried))
+
+
+def direct_case(name: str, folder: Path) -> tuple[ModelCase, Path, dict[str, int]]:
+    (folder / name).mkdir(exist_ok=True)
+    param, bin_, x = WRITERS[name](folder / name)
+    m = ModelCase(name, param, bin_, x, stock_output(param, bin_, x))
+    path, content = prepared(m, folder / name)
+    return m, path, budgets_for(content)
+
+
+@pytest.mark.parametrize("name", sorted(WRITERS))
+def test_direct_io_equals_stock_and_the_budget_holds_its_window(name: str, direct_folder: Path) -> None:
+    """The tightest budget with O_DIRECT is the arena's tightest plus the window: one byte less is
+    infeasible, and the window is in the counted memory of every run."""
+    m, path, budgets = direct_case(name, direct_folder)
+    session = Session(path, direct_io=True)
+    window = session.reserved_outside_bytes
+    assert 0 < window <= WINDOW_MAX and window % 4096 == 0
+    tightest = budgets["tightest"] + window
+    for budget in (budgets["generous"], tightest):
+        session.set_budget(budget)
+        for _ in range(2):  # the second inference reloads what the first evicted
+            assert_close(session.run({"data": m.x})["output"], m.ref)
+        stats = session.stats()
+        assert window <= stats["outside_arena_bytes"]
+        assert stats["counted_bytes"] <= budget
+    with pytest.raises(planning.InfeasibleBudget) as info:
+        session.set_budget(tightest - 1)
+    assert info.value.min_feasible_budget == tightest
+
+
+def test_direct_io_reads_a_layer_larger_than_its_window(direct_folder: Path) -> None:
+    """One layer of 1.25 MiB of weights goes through the 1 MiB window in two refills."""
+    folder = direct_folder / "wide"
+    folder.mkdir(exist_ok=True)
+    rng = np.random.default_rng(5)
+    n_in, n_out = 1024, 320  # 1.25 MiB of fp32 weights in one layer
+    param, bin_ = folder / "wide.param", folder / "wide.bin"
+    param.write_text(f"7767517\n2 2\nInput data 0 1 data 0={n_in}\nInnerProduct fc 1 1 data output 0={n_out} 1=1 2={n_in * n_out}\n")
+    bin_.write_bytes(np.zeros(1, "<u4").tobytes() + (rng.standard_normal(n_in * n_out + n_out) * 0.05).astype("<f4").tobytes())
+    x = rng.standard_normal(n_in).astype(np.float32)
+    m = ModelCase("wide", param, bin_, x, stock_output(param, bin_, x))
+    path, content = prepared(m, folder)
+    session = Session(path, budget=budgets_for(content)["tightest"] + WINDOW_MAX, direct_io=True)
+    assert session.reserved_outside_bytes == WINDOW_MAX
+    for _ in range(2):
+        assert_close(session.run({"data": x})["output"], m.ref)
+
+
+def test_direct_io_reports_a_truncated_bin(direct_folder: Path) -> None:
+    m, path, budgets = direct_case("mlp", direct_folder)
+    session = Session(path, direct_io=True)
+    session.set_budget(budgets["tightest"] + session.reserved_outside_bytes)
+    assert_close(session.run({"data": m.x})["output"], m.ref)
+    with open(m.bin, "r+b") as f:
+        f.truncate(m.bin.stat().st_size // 2)  # inside fc2, which the tightest plan streams
+    with pytest.raises(UserError, match=f"{m.bin} ended at byte"):
+        session.run({"data": m.x})
+
+
+def test_direct_io_on_a_file_system_that_refuses_it_names_the_file(tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    fs = subprocess.run(["stat", "-f", "-c", "%T", str(shm)], capture_output=True, text=True).stdout.strip()
+    if fs != "tmpfs":
+        pytest.skip(f"/dev/shm is not a tmpfs here ({fs or 'missing'})")
+    if direct_io_refusal(shm) is None:
+        pytest.skip(f"this kernel's tmpfs takes O_DIRECT (Linux {os.uname().release}; tmpfs has since 6.6)")
+    with tempfile.TemporaryDirectory(dir=shm) as folder:
+        m, path, _ = direct_case("mlp", Path(folder))
+        with pytest.raises(UserError, match=f"{m.bin} with O_DIRECT: its file system refuses direct I/O"):
+            Session(path, direct_io=True)
+
+
+def test_run_cli_takes_middle_cores_and_direct_io(direct_folder: Path) -> None:
+    m, path, budgets = direct_case("residual", direct_folder)
+    np.save(direct_folder / "residual" / "in.npy", m.x)
+    budget = budgets["tightest"] + WINDOW_MAX
+    out = direct_folder / "residual" / "out.npz"
+    proc = run_module("run", str(path), "--input", str(direct_folder / "residual" / "in.npy"), "--budget", str(budget),
+                      "--loader", "middle", "--direct-io", "--loops", "2", "--output", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    stats = json.loads(proc.stdout)
+    assert stats["counted_bytes"] <= budget and stats["outside_arena_bytes"] > 0
+    assert_close(np.load(out)["output"], m.ref)
+    assert_user_error(run_module("run", str(path), "--input", str(direct_folder / "residual" / "in.npy"), "--budget",
+                                 str(budgets["tightest"]), "--direct-io"), "infeasible")
+
+
+@pytest.mark.parametrize("runner, target", [([], "host"), (QEMU, "linux-aarch64")], ids=["host", "qemu-aarch64"])
+def test_bench_with_middle_cores_and_direct_io_matches_stock(runner: list[str], target: str, direct_folder: Path) -> None:
+    folder = direct_folder / f"bench-{target}"
+    folder.mkdir(exist_ok=True)
+    param, bin_, x = WRITERS["residual"](folder)
+    np.save(folder / "in.npy", x)
+    program = built(target, "native", "tools", "flexnn-bench")
+    proc = subprocess.run([*runner, str(program), str(param), str(bin_), str(folder / "in.npy"), "budget=min", "loader=middle",
+                           "direct_io=1", "loops=2", "warmup=1", f"out={folder / 'out.npy'}"], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert_close(np.load(folder / "out.npy"), stock_output(param, bin_, x))
+    assert 0 < report["outside_arena_bytes"] and report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
