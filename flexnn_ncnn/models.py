@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from .cli import UserError, add_logging_args, run_main, setup_logging
 from .ncnn_model import Graph, read_param
-from .ncnn_model.files import atomic_write, atomic_write_all
+from .files import atomic_write, atomic_write_all
 from .ncnn_model.random_weights import random_modelbin
 from .ncnn_model.shapes import declared_input_shapes
 from .units import format_size

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cli import UserError
+from .files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -83,9 +84,8 @@ def _write_applied(source: Path, applied: list[Patch]) -> None:
     state.mkdir(parents=True, exist_ok=True)
     for p in applied:
         (state / p.name).write_bytes(p.data)
-    tmp = state / "applied.json.tmp"
-    tmp.write_text(json.dumps([p.name for p in applied], indent=2) + "\n")
-    os.replace(tmp, state / "applied.json")
+    listing = (json.dumps([p.name for p in applied], indent=2) + "\n").encode()
+    atomic_write(state / "applied.json", lambda f: f.write(listing))
 
 
 def apply_series(source: Path, patches: list[Patch]) -> list[str]:

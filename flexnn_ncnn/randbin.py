@@ -13,7 +13,7 @@ from typing import Sequence
 
 from .cli import add_logging_args, run_main, setup_logging
 from .ncnn_model import read_param
-from .ncnn_model.files import atomic_write
+from .files import atomic_write
 from .ncnn_model.random_weights import random_modelbin
 from .units import format_size
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from . import fetch, patches, planning
 from .cli import UserError
+from .files import atomic_write
 from .jsonfields import field as _field
 from .planning import Plan, Profile
 
@@ -252,18 +252,8 @@ def load(path: Path, expected: Expected | None = None) -> Sidecar:
 
 def save(sidecar: Sidecar, path: Path) -> None:
     """Write atomically: a reader sees the old file or the new one, never a partial one."""
-    path = Path(path)
-    text = json.dumps(sidecar.to_dict(), indent=1, sort_keys=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = (json.dumps(sidecar.to_dict(), indent=1, sort_keys=False) + "\n").encode()
+    atomic_write(path, lambda f: f.write(text))
 
 
 def moved(sidecar: Sidecar, source_dir: Path, dest_dir: Path) -> Sidecar:

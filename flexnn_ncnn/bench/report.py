@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from ..cli import add_logging_args, run_main, setup_logging
 from ..models import file_stem
-from ..ncnn_model.files import atomic_write
+from ..files import atomic_write
 from .configs import BUDGETED, RUNTIME_MODES, STOCK_CONFIGS
 from .harness import OVERHEAD_FIELDS, BenchResult
 
@@ -96,10 +96,8 @@ def plot(result: dict[str, Any], path: Path) -> bool:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))
     plt.close(fig)
-    os.replace(tmp, path)
     return True
 
 

@@ -12,7 +12,7 @@ from tqdm import tqdm
 from ..analysis import FixedModel, LayerAnalysis, analyze
 from ..cli import UserError
 from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
-from ..ncnn_model.files import atomic_write_all
+from ..files import atomic_write_all
 from ..units import format_size
 from .policy import LayerDecision, decide, smallest_working_set
 from .rewrite import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, apply

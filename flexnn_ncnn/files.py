@@ -25,6 +25,8 @@ def atomic_write_all(outputs: Mapping[str | Path, Writer]) -> None:
             fd, temps[path] = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
             with os.fdopen(fd, "wb") as f:
                 write(f)
+                f.flush()
+                os.fsync(f.fileno())  # the data is on disk before a rename can expose it
             os.chmod(temps[path], 0o666 & ~umask)  # mkstemp's 0600 is not what a plain open() gives
         for path, tmp in temps.items():
             os.replace(tmp, path)
