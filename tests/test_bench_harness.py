@@ -4,6 +4,7 @@ device results ingested into the same report. No timing is asserted."""
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 import textwrap
@@ -93,6 +94,10 @@ def test_runs_every_configuration_in_a_child_and_reports_ratios(tiny_model, fake
     assert len(rows) == 4 and rows[0].startswith("config,family,budget")
     md = (tmp_path / "RESULTS.md").read_text()
     assert "| flexnn@2MB | yes |" in md and "Machine:" in md and "| flexnn@2MB | - | - | 4 | - |" in md
+    # the fake reports no activation floor: the smallest budget held is known, the floor is not
+    assert data["activation_floor"] == {"activation_floor_bytes": None, "min_budget": 10**6, "min_budget_config": "flexnn@1MB",
+                                        "min_budget_over_floor": None}
+    assert "| squeezenet | - | 1.0 | - |" in md
 
 
 def test_wrong_output_and_crashing_child_fail_the_run(tiny_model, fake_runtime, tmp_path):
@@ -126,6 +131,16 @@ def test_flexnn_runs_alongside_the_baselines_by_default(tiny_model, tmp_path):
             assert 0 < s["counted_bytes"] <= (s["budget"] or s["counted_bytes"]) and "plan_ms" in s["overhead"]
     for name in ("flexnn@1MB", "flexnn@2MB"):
         assert {"slice_ms", "prepare_ms", "plan_ms"} <= set(by_name[name]["overhead"])
+    # the unsliced model's activation floor (on-demand), beside the smallest budget FlexNN held
+    floor = data["activation_floor"]
+    assert floor["activation_floor_bytes"] == by_name["on-demand"]["activation_floor_bytes"] > 0
+    assert floor["min_budget"] == 10**6 and floor["min_budget_over_floor"] == 10**6 / floor["activation_floor_bytes"]
+    assert floor["activation_floor_bytes"] <= 10**6  # FlexNN ran within 1 MB, so the floor is below it
+    rows = {row["config"]: row for row in csv.DictReader((tmp_path / "squeezenet.csv").open())}
+    assert float(rows["flexnn@2MB"]["budget_over_floor"]) == pytest.approx(2 * 10**6 / floor["activation_floor_bytes"])
+    assert rows["on-demand"]["activation_floor_bytes"] == str(floor["activation_floor_bytes"])
+    assert f"| squeezenet | {floor['activation_floor_bytes'] / 1e6:.1f} | 1.0 | {floor['min_budget_over_floor']:.2f} |" in (
+        tmp_path / "RESULTS.md").read_text()
 
 
 def test_unknown_configurations_and_missing_budgets_are_refused(tiny_model, tmp_path):

@@ -53,6 +53,11 @@ def _print_summaries(result: harness.BenchResult) -> None:
         print(f"  {s.config:24} {s.latency_median_ms:9.2f} ms ({ratio} NCNN-Default)  peak RSS over idle "
               f"{format_size(s.peak_over_idle_bytes or 0)}  max rel. error {s.max_rel_error:.1e}"
               + ("" if s.ok else f"  FAILED: {'; '.join(s.errors)}"))
+    floor = harness.floor_summary(result.summaries)
+    if floor.activation_floor_bytes is not None:
+        held = ("" if floor.min_budget is None else
+                f"; smallest budget FlexNN held {format_size(floor.min_budget)} ({floor.min_budget_over_floor:.2f}x the floor)")
+        print(f"  activation floor {format_size(floor.activation_floor_bytes)}{held}")
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -41,6 +41,8 @@ RUNTIME_MODES = {
     "on-demand": "On-Demand: load a layer's weights just before it runs, release after, no overlap",
 }
 BUDGETED = ("flexnn", "flexnn-no-preload")
+# modes whose child runs the model as given, not sliced: the activation floor they report is the model's
+UNSLICED = ("on-demand",)
 ABLATIONS = ("flexnn-no-preload",)
 DEFAULT_RUNTIME_MODES = ("flexnn", "on-demand")
 

@@ -12,6 +12,9 @@ through the real pipeline in separate processes, so this process's memory is the
 - `on-demand`: the unsliced model, planned at its smallest feasible budget, loads not overlapping
   computation: each layer's weights loaded just before it runs and released after.
 
+`activation_floor_bytes` is that of the profile the session ran (bench/floor.py): the model's own for
+`on-demand`, the sliced model's for the budgeted modes.
+
 Reported overheads: `slice_ms` and `prepare_ms` are wall times of those CLI processes (interpreter
 start-up included; slicing includes its own prepare and planning attempts); `plan_ms` is the
 planner's time for the budget on the stored profile.
@@ -35,6 +38,7 @@ import numpy as np
 from .. import planning, sidecar
 from ..cli import UserError, run_main, setup_logging
 from . import pagecache
+from .floor import activation_floor
 from .measure import add_run_args, apply_run_args, model_inputs, reset_peak_rss, status_bytes
 
 log = logging.getLogger(__name__)
@@ -123,7 +127,7 @@ def measure(description: dict[str, Any], mode: str, budget: int | None, threads:
               "rss_idle_bytes": rss_idle, "vm_hwm_bytes": vm_hwm, "hwm_reset": hwm_reset, "outputs_npz": str(outputs_npz),
               "counted_bytes": stats["counted_bytes"], "arena_bytes": stats["arena_bytes"],
               "load_wait_ms": [us / 1e3 for us in stats["load_wait_us"][timed]],
-              "budget": content.plan.budget, "plan_ms": plan_ms}
+              "budget": content.plan.budget, "plan_ms": plan_ms, "activation_floor_bytes": activation_floor(content.profile)}
     for key, value in (("slice_ms", prepared.slice_ms), ("prepare_ms", prepared.prepare_ms)):
         if value is not None:
             record[key] = value

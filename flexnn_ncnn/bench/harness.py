@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from ..ncnn_model.stock import run_stock
 from . import pagecache
-from .configs import REFERENCE, ChildSettings, Configuration, child_command
+from .configs import REFERENCE, UNSLICED, ChildSettings, Configuration, child_command
 from .device import to_record
 from .measure import model_inputs, status_bytes
 
@@ -85,8 +85,38 @@ class Summary:
     counted_bytes: int | None = None                 # memory (a): the runtime's own count, if it reports one
     load_wait_median_ms: float | None = None
     max_rel_error: float | None = None
+    activation_floor_bytes: int | None = None        # of the profile the child ran (bench/floor.py), if it reports one
     overhead: dict[str, float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FloorSummary:
+    """A model's activation floor beside the smallest budget FlexNN ran within (issue 5's target ratio 1.5-2x)."""
+
+    activation_floor_bytes: int | None  # the model's own: reported by an UNSLICED configuration's child
+    min_budget: int | None              # the smallest budget of a `flexnn` run with correct outputs, counted within it
+    min_budget_config: str | None
+
+    @property
+    def min_budget_over_floor(self) -> float | None:
+        if self.activation_floor_bytes and self.min_budget:
+            return self.min_budget / self.activation_floor_bytes
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "min_budget_over_floor": self.min_budget_over_floor}
+
+
+def floor_summary(summaries: list[Summary]) -> FloorSummary:
+    """The floor reported by the configurations that ran the model unsliced, and the smallest budget measured
+    to hold: a `flexnn` configuration whose runs all passed and whose counted memory (if reported) fit it."""
+    floors = [s.activation_floor_bytes for s in summaries if s.family in UNSLICED and s.activation_floor_bytes is not None]
+    held = [s for s in summaries if s.family == "flexnn" and s.ok and s.budget is not None
+            and (s.counted_bytes is None or s.counted_bytes <= s.budget)]
+    smallest = min(held, key=lambda s: s.budget or 0, default=None)
+    return FloorSummary(max(floors) if floors else None, smallest.budget if smallest else None,
+                        smallest.config if smallest else None)
 
 
 @dataclass
@@ -107,7 +137,8 @@ class BenchResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"model": {k: str(v) if isinstance(v, Path) else v for k, v in self.model.items()},
-                "settings": self.settings, "max_load_average": self.max_load_average, "summaries": [asdict(s) for s in self.summaries],
+                "settings": self.settings, "max_load_average": self.max_load_average,
+                "activation_floor": floor_summary(self.summaries).to_json(), "summaries": [asdict(s) for s in self.summaries],
                 "runs": [asdict(r) for r in self.runs]}
 
 
@@ -283,6 +314,8 @@ def summarise(runs: list[ChildRun], configs: list[Configuration]) -> list[Summar
             waits = [v for r in good for v in r.record.get("load_wait_ms", [])]
             s.load_wait_median_ms = statistics.median(waits) if waits else None
             s.max_rel_error = max(r.max_rel_error for r in good)
+            floors = [r.record["activation_floor_bytes"] for r in good if r.record.get("activation_floor_bytes") is not None]
+            s.activation_floor_bytes = max(floors) if floors else None
             for key in OVERHEAD_FIELDS:
                 values = [r.record[key] for r in good if r.record.get(key) is not None]
                 if values:

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 from ..cli import add_logging_args, run_main, setup_logging
 from ..models import file_stem
 from ..files import atomic_write
-from .configs import BUDGETED, RUNTIME_MODES, STOCK_CONFIGS
+from .configs import BUDGETED, RUNTIME_MODES, STOCK_CONFIGS, UNSLICED
 from .harness import OVERHEAD_FIELDS, BenchResult
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ RESULTS_SUFFIX = ".results.json"
 CSV_COLUMNS = ("config", "family", "budget", "ok", "runs", "latency_median_ms", "latency_p10_ms", "latency_p90_ms",
                "latency_min_ms", "latency_max_ms", "ratio_to_default", "load_ms", "peak_over_idle_bytes",
                "sampled_over_idle_bytes", "hwm_reset", "page_cache_peak_bytes", "counted_bytes", "load_wait_median_ms",
-               "max_rel_error")
+               "max_rel_error", "activation_floor_bytes", "budget_over_floor")
 
 
 def machine_description() -> dict[str, str]:
@@ -63,22 +63,35 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def write_csv(summaries: list[dict[str, Any]], path: Path) -> None:
+def _over_floor(budget: int | None, floor: int | None) -> float | None:
+    return budget / floor if budget and floor else None
+
+
+def write_csv(summaries: list[dict[str, Any]], model_floor: int | None, path: Path) -> None:
+    """One row per configuration; `budget_over_floor` divides its budget by the model's activation floor."""
     text = io.StringIO()
     writer = csv.DictWriter(text, fieldnames=CSV_COLUMNS, extrasaction="ignore")
     writer.writeheader()
-    writer.writerows(summaries)
+    writer.writerows({**s, "budget_over_floor": _over_floor(s["budget"], model_floor)} for s in summaries)
     atomic_write(path, lambda f: f.write(text.getvalue().encode()))
 
 
-def plot(result: dict[str, Any], path: Path) -> bool:
-    """Latency against peak RSS over idle; False (with a log line) when matplotlib is missing."""
+def pyplot(what: str) -> Any:
+    """matplotlib.pyplot on the Agg backend, or None (with a log line naming `what` goes unplotted) without matplotlib."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        log.warning("matplotlib is not installed (pip install matplotlib): no plot for %s", result["model"]["name"])
+        log.warning("matplotlib is not installed (pip install matplotlib): no plot of %s", what)
+        return None
+    return plt
+
+
+def plot(result: dict[str, Any], path: Path) -> bool:
+    """Latency against peak RSS over idle; False (with a log line) when matplotlib is missing."""
+    plt = pyplot(result["model"]["name"])
+    if plt is None:
         return False
     ok = [s for s in result["summaries"] if s["latency_median_ms"] is not None]
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -109,7 +122,7 @@ def write_model_report(result: BenchResult, outdir: Path) -> Path:
     stem = file_stem(result.model["name"])
     json_path = outdir / f"{stem}{RESULTS_SUFFIX}"
     atomic_write(json_path, lambda f: f.write((json.dumps(data, indent=1) + "\n").encode()))
-    write_csv(data["summaries"], outdir / f"{stem}.csv")
+    write_csv(data["summaries"], data["activation_floor"]["activation_floor_bytes"], outdir / f"{stem}.csv")
     plot(data, outdir / f"{stem}.png")
     return json_path
 
@@ -150,6 +163,19 @@ def _model_section(data: dict[str, Any], outdir: Path, md_dir: Path) -> list[str
     return lines + [""]
 
 
+def _floor_table(results: list[dict[str, Any]]) -> list[str]:
+    """Per model: the activation floor (bench/floor.py) beside the smallest budget FlexNN ran within."""
+    lines = ["| model | activation floor MB | smallest budget FlexNN held MB | budget / floor |", "|---|---|---|---|"]
+    for data in results:
+        f = data.get("activation_floor") or {}  # absent from results written before it was measured
+        ratio = f.get("min_budget_over_floor")
+        lines.append(f"| {data['model']['name']} | {_mb(f.get('activation_floor_bytes'))} | {_mb(f.get('min_budget'))} "
+                     f"| {'-' if ratio is None else f'{ratio:.2f}'} |")
+    return lines + ["", "The floor is the most bytes of activations that coexist at any step of the unsliced model's "
+                    f"profile (reported by the {' or '.join(UNSLICED)} run): no slicing goes below it. The budget is the smallest "
+                    "of this run's grid at which FlexNN's outputs matched and its counted memory fit.", ""]
+
+
 def render_results_md(outdir: Path, md_path: Path) -> None:
     """docs/RESULTS.md from every STEM.results.json in `outdir`, newest machine description first."""
     results = [json.loads(p.read_text()) for p in sorted(outdir.glob(f"*{RESULTS_SUFFIX}"))]
@@ -162,6 +188,8 @@ def render_results_md(outdir: Path, md_path: Path) -> None:
     if missing:
         lines += [f"Not measured in these runs: {', '.join(missing)} (they run in the FlexNN runtime).", ""]
     lines += ["Baselines: " + ", ".join(STOCK_CONFIGS) + ".", ""]
+    if results:
+        lines += _floor_table(results)
     for data in results:
         lines += _model_section(data, outdir, md_path.parent)
     md_path.parent.mkdir(parents=True, exist_ok=True)

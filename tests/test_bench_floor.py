@@ -1,0 +1,57 @@
+"""The activation floor (bench/floor.py) on a hand-built profile, and how the benchmark sets it beside
+the smallest budget FlexNN held (harness.floor_summary)."""
+
+from __future__ import annotations
+
+from flexnn_ncnn.bench.floor import activation_floor
+from flexnn_ncnn.bench.harness import Summary, floor_summary
+from flexnn_ncnn.planning import LayerCost, Profile, TensorUse
+
+
+def _tensor(layer: int, role: str, size: int, last_use: int, ordinal: int = 0) -> TensorUse:
+    return TensorUse(layer, role, ordinal, size, layer, last_use)
+
+
+def test_the_floor_is_the_largest_sum_of_activations_alive_at_one_step() -> None:
+    # live activations per step: 0: a | 1: a+b | 2: a+b | 3: b+c | 4: c+d | 5: d
+    profile = Profile((
+        _tensor(0, "activation", 100, 2),        # a: steps [0, 3)
+        _tensor(1, "weight", 10_000, 1),         # weights never count, however large
+        _tensor(1, "activation", 200, 3),        # b: steps [1, 4)
+        _tensor(2, "intermediate", 5_000, 2),    # nor does scratch
+        _tensor(3, "activation", 50, 4),         # c: [3, 5), begins where a ended (half-open: never together)
+        _tensor(4, "activation", 400, 5),        # d: [4, 6)
+    ), tuple(LayerCost(1.0, 1.0) for _ in range(6)))
+
+    # c + d at step 4; not the sum of all activations (750), not a + b + c (350: a alive one step too long)
+    assert activation_floor(profile) == 450
+
+
+def test_a_profile_without_activations_has_no_floor() -> None:
+    profile = Profile((_tensor(1, "weight", 64, 1),), (LayerCost(0.0, 0.0),) * 3)
+    assert activation_floor(profile) == 0
+
+
+def _summary(config: str, family: str, budget: int | None, ok: bool = True, counted: int | None = None,
+             floor: int | None = None) -> Summary:
+    return Summary(config, family, budget, ok, runs=1, counted_bytes=counted, activation_floor_bytes=floor)
+
+
+def test_the_model_floor_is_the_unsliced_run_s_and_the_budget_the_smallest_held() -> None:
+    summaries = [
+        _summary("ncnn-default", "ncnn-default", None),
+        _summary("flexnn@1MB", "flexnn", 10**6, ok=False, floor=900_000),        # wrong output: not held
+        _summary("flexnn@2MB", "flexnn", 2 * 10**6, counted=2_100_000, floor=900_000),  # over its budget: not held
+        _summary("flexnn@3MB", "flexnn", 3 * 10**6, counted=2_900_000, floor=800_000),
+        _summary("flexnn@4MB", "flexnn", 4 * 10**6, counted=3_000_000, floor=700_000),
+        _summary("flexnn-no-preload@2.5MB", "flexnn-no-preload", 2_500_000, counted=2_000_000),  # not FlexNN itself
+        _summary("on-demand", "on-demand", None, counted=5 * 10**6, floor=600_000),
+    ]
+    floor = floor_summary(summaries)
+    assert (floor.activation_floor_bytes, floor.min_budget, floor.min_budget_config) == (600_000, 3 * 10**6, "flexnn@3MB")
+    assert floor.to_json()["min_budget_over_floor"] == 5.0
+
+
+def test_without_an_unsliced_run_the_floor_is_unknown() -> None:
+    floor = floor_summary([_summary("flexnn@3MB", "flexnn", 3 * 10**6, counted=10**6, floor=800_000)])
+    assert floor.activation_floor_bytes is None and floor.min_budget == 3 * 10**6 and floor.min_budget_over_floor is None
