@@ -1,9 +1,12 @@
 """Prepare a model for the runtime on this machine, and plan it for a budget: the plan sidecar.
 
     python -m flexnn_ncnn.prepare MODEL.param --budget 100MB [--bin MODEL.bin] [--shape 1,3,224,224]
-                                  [--threads N] [-o MODEL.flexnn.plan.json]
+                                  [--threads N] [--no-pretransform] [-o MODEL.flexnn.plan.json]
 
-Prepare loads every layer once (recording its bytes in the .bin, its flags and its load time) and
+Prepare writes MODEL.transformed beside the .param: the weights each layer derives when NCNN builds
+it (Winograd, packed, GEMM-tiled; ncnn_patches/0003), so that every load at run time reads them
+instead of transforming again (checked: the model computes the same outputs both ways). It then
+loads every layer once from them (recording its bytes in the .bin, its flags and its load time) and
 runs one sequential inference recording every buffer (step, role, ordinal, size, last use) and each
 layer's compute time: the planner's profile. The sidecar (flexnn_ncnn/sidecar.py,
 docs/PLAN_FORMAT.md) holds the profile, the schedule the runtime needs (execution order, byte
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +46,12 @@ class RuntimeOptions:
     winograd: bool = True
     sgemm: bool = True
     fp16: bool = True  # NCNN's default: fp16 storage/arithmetic where the CPU has it
+    pretransform: bool = True  # load layers' transformed weights from MODEL.transformed, not from raw ones
+
+
+def transformed_path(param: Path) -> Path:
+    """Where prepare writes `param`'s pre-transformed weights: MODEL.transformed beside MODEL.param."""
+    return param.with_name(param.name.removesuffix(".param") + ".transformed")
 
 
 def _slicing_decisions(param: Path) -> dict[str, Any]:
@@ -68,11 +78,20 @@ def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes:
     rng = np.random.default_rng(seed)
     inputs = {name: rng.standard_normal(shapes[name]).astype(np.float32) for name in graph.inputs}
     module = native.load()
+    transformed = transformed_path(param) if options.pretransform else None
+    # written beside its final name, moved there once finished: a failed prepare leaves the old file
+    scratch = transformed.with_name(f".{transformed.name}.{os.getpid()}.tmp") if transformed else None
     try:
         prepared = module.prepare(str(param), str(bin_path), inputs, graph.outputs, threads=options.threads,
-                                  packing=options.packing, winograd=options.winograd, sgemm=options.sgemm, fp16=options.fp16)
+                                  packing=options.packing, winograd=options.winograd, sgemm=options.sgemm, fp16=options.fp16,
+                                  transformed=str(scratch or ""))
+        if transformed and scratch:
+            os.replace(scratch, transformed)
     except RuntimeError as e:
         raise UserError(f"prepare {param}: {e}") from None
+    finally:
+        if scratch and scratch.exists():
+            scratch.unlink()
     tensors, layers = prepared["profile"]
     profile = planning.Profile(
         tuple(planning.TensorUse(l, planning.ROLES[r], o, s, f, u) for l, r, o, s, f, u in tensors),
@@ -86,7 +105,8 @@ def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes:
         budget = planning.min_feasible_budget(profile) + planning.ARENA_MARGIN
     info = module.build_info()
     return sidecar.Sidecar(
-        model=sidecar.Model(str(param.resolve()), sha256_of(param), str(bin_path.resolve()), sha256_of(bin_path)),
+        model=sidecar.Model(str(param.resolve()), sha256_of(param), str(bin_path.resolve()), sha256_of(bin_path),
+                            str(transformed.resolve()) if transformed else "", sha256_of(transformed) if transformed else ""),
         build=sidecar.Build(info["ncnn_version"], info["patch_series_id"]),
         target=sidecar.Target(info["isa"], int(info["l2_bytes"]), options.threads, options.packing, options.winograd,
                               options.sgemm, options.fp16),
@@ -113,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="computing threads (fixed by the plan; default: %(default)s)")
     parser.add_argument("--no-fp16", action="store_true",
                         help="fp32 storage and arithmetic (NCNN's fp16/bf16 off; default: NCNN's, fp16 where the CPU has it)")
+    parser.add_argument("--no-pretransform", action="store_true",
+                        help="write no MODEL.transformed: every load transforms the layer's raw weights again (slower)")
     parser.add_argument("-o", "--output", type=Path, help="plan sidecar (default: MODEL.flexnn.plan.json beside the .param)")
     add_logging_args(parser)
     args = parser.parse_args(argv)
@@ -131,7 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         shapes = {graph.inputs[0]: parse_input_shape(args.shape).numpy()}
     if args.threads < 1:
         raise UserError("--threads must be at least 1")
-    content = prepare_model(args.param, bin_path, budget, shapes, RuntimeOptions(threads=args.threads, fp16=not args.no_fp16))
+    content = prepare_model(args.param, bin_path, budget, shapes, RuntimeOptions(threads=args.threads, fp16=not args.no_fp16,
+                                                                                  pretransform=not args.no_pretransform))
     out = args.output or args.param.with_name(args.param.name.removesuffix(".param").removesuffix(".flexnn") + sidecar.SUFFIX)
     write_plan_file(content, out)
     print(f"budget {format_size(content.plan.budget)}: arena {format_size(content.plan.arena_bytes + planning.ARENA_MARGIN)}, plan {out}")

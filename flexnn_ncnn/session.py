@@ -54,10 +54,12 @@ class Session:
         path = Path(plan_path)
         content = sidecar.load(path)
         param, bin_path = content.model_files(path)
-        for which, file in (("param", param), ("bin", bin_path)):
-            if not file.is_file():
+        transformed = content.transformed_file(path)
+        for which, file in (("param", param), ("bin", bin_path), ("transformed", transformed)):
+            if file is not None and not file.is_file():
                 raise UserError(f"{path}: model.{which} {file} does not exist")
-        sidecar.verify(content, sidecar.Expected.for_run(param, bin_path, threads, native.load().build_info()["isa"]), str(path))
+        sidecar.verify(content, sidecar.Expected.for_run(param, bin_path, threads, native.load().build_info()["isa"], transformed),
+                       str(path))
         self.path = path
         self.sidecar = content
         self.profile = content.profile
@@ -70,7 +72,8 @@ class Session:
             self._executor = native.load().Executor(
                 str(param), str(bin_path), content.executor_schedule(), tensors, layers, threads=target.threads,
                 packing=target.packing, winograd=target.winograd, sgemm=target.sgemm, fp16=target.fp16,
-                loader=loader, drop_page_cache=drop_page_cache, overlap_loading=overlap_loading, direct_io=direct_io)
+                loader=loader, drop_page_cache=drop_page_cache, overlap_loading=overlap_loading, direct_io=direct_io,
+                transformed=str(transformed or ""))
         except (RuntimeError, ValueError) as e:
             raise UserError(f"{path}: {e}") from None
         self.inputs: list[str] = list(content.inputs)

@@ -25,7 +25,7 @@ from .jsonfields import field as _field
 from .planning import Plan, Profile
 
 SCHEMA = "flexnn-plan"
-SCHEMA_VERSION = 2  # 2: target gained winograd/sgemm/fp16, and the runtime schedule
+SCHEMA_VERSION = 3  # 2: target gained winograd/sgemm/fp16, and the runtime schedule; 3: model.transformed
 SUFFIX = ".flexnn.plan.json"
 
 
@@ -37,6 +37,10 @@ class Model:
     param_sha256: str
     bin: str
     bin_sha256: str
+    # the layers' pre-transformed weights prepare wrote (ncnn_patches/0003; its own header carries the
+    # build/CPU/options key the native runtime checks); "" when every load transforms raw weights
+    transformed: str
+    transformed_sha256: str
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,10 @@ class Sidecar:
         base = Path(sidecar_path).parent
         return base / self.model.param, base / self.model.bin
 
+    def transformed_file(self, sidecar_path: Path) -> Path | None:
+        """The pre-transformed weights, resolved against the sidecar's folder (None: there are none)."""
+        return Path(sidecar_path).parent / self.model.transformed if self.model.transformed else None
+
     def input_shapes(self) -> dict[str, tuple[int, ...]]:
         """Input blob name -> numpy shape (c, h, w: NCNN's order reversed)."""
         return {name: tuple(reversed(shape)) for name, shape in self.inputs.items()}
@@ -200,21 +208,24 @@ class Expected:
 
     param_sha256: str | None = None
     bin_sha256: str | None = None
+    transformed_sha256: str | None = None
     ncnn_version: str | None = None
     patch_series_id: str | None = None
     threads: int | None = None
     isa: str | None = None
 
     @staticmethod
-    def for_run(param: Path | None = None, bin: Path | None = None, threads: int | None = None, isa: str | None = None) -> "Expected":
+    def for_run(param: Path | None = None, bin: Path | None = None, threads: int | None = None, isa: str | None = None,
+                transformed: Path | None = None) -> "Expected":
         """The model files' hashes and this checkout's build identity."""
         build = Build.current()
         return Expected(fetch.sha256_of(param) if param else None, fetch.sha256_of(bin) if bin else None,
+                        fetch.sha256_of(transformed) if transformed else None,
                         build.ncnn_version, build.patch_series_id, threads, isa)
 
 
 _EXPECTED_FIELDS = {
-    "param_sha256": "model.param_sha256", "bin_sha256": "model.bin_sha256",
+    "param_sha256": "model.param_sha256", "bin_sha256": "model.bin_sha256", "transformed_sha256": "model.transformed_sha256",
     "ncnn_version": "build.ncnn_version", "patch_series_id": "build.patch_series_id",
     "threads": "target.threads", "isa": "target.isa",
 }
@@ -260,8 +271,10 @@ def moved(sidecar: Sidecar, source_dir: Path, dest_dir: Path) -> Sidecar:
     """The same sidecar for a file in `dest_dir`: model file names relative to it (they were
     relative to `source_dir`, or absolute)."""
     def rebase(name: str) -> str:
-        return os.path.relpath((Path(source_dir) / name).resolve(), Path(dest_dir).resolve())
-    return replace(sidecar, model=replace(sidecar.model, param=rebase(sidecar.model.param), bin=rebase(sidecar.model.bin)))
+        return os.path.relpath((Path(source_dir) / name).resolve(), Path(dest_dir).resolve()) if name else name
+    model = sidecar.model
+    return replace(sidecar, model=replace(model, param=rebase(model.param), bin=rebase(model.bin),
+                                          transformed=rebase(model.transformed)))
 
 
 def with_plans(sidecar: Sidecar, plan: Plan, ladder: tuple[Plan, ...] | None = None) -> Sidecar:

@@ -2,8 +2,9 @@
 
 Writes OUTDIR/MODEL.flexnn.param and OUTDIR/MODEL.flexnn.bin (an ordinary NCNN model: stock NCNN
 runs it), OUTDIR/MODEL.flexnn.slicing.json (each layer's kernel, slices, tiles and the numbers
-they were chosen by) and, for the host target, OUTDIR/MODEL.flexnn.plan.json: the model is
-prepared on this machine and planned for the budget; when the plan does not fit, every layer's
+they were chosen by) and, for the host target, OUTDIR/MODEL.flexnn.transformed (the layers'
+pre-transformed weights) and OUTDIR/MODEL.flexnn.plan.json: the model is prepared on this machine
+and planned for the budget; when the plan does not fit, every layer's
 limit is tightened by the shortfall and the model sliced again, or the error names the smallest
 feasible budget found. With --analyze, prints the per-layer memory table instead.
 
@@ -78,6 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target", choices=TARGETS, default="host", help="target CPU, for SIMD widths (default host)")
     parser.add_argument("--threads", type=int, default=RuntimeOptions().threads,
                         help="computing threads the plan is made for (transformed weights depend on it; default %(default)s)")
+    parser.add_argument("--no-pretransform", action="store_true",
+                        help="host: write no MODEL.flexnn.transformed (pre-transformed weights); every load transforms again")
     parser.add_argument("-o", "--outdir", type=Path, help="output directory (default: the .param's directory)")
     parser.add_argument("--analyze", action="store_true", help="print per-layer memory per candidate kernel; write nothing")
     add_logging_args(parser)
@@ -118,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for out in outputs:
         if out.resolve() in (args.param.resolve(), bin_path.resolve()):
             raise UserError(f"{out} would overwrite an input: choose another -o")
-    options = RuntimeOptions(threads=args.threads)
+    options = RuntimeOptions(threads=args.threads, pretransform=not args.no_pretransform)
     if target.name == "host":
         outdir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=outdir, prefix=f".{stem}.slicing-") as scratch:
@@ -137,8 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     content = prepare_model(out_param, out_bin, budget, {n: tuple(shapes[n].numpy()) for n in graph.inputs}, options)
     write_plan_file(content, outputs[3])
     plan = content.plan
+    transformed = f"{content.model.transformed} and " if content.model.transformed else ""
     print(f"plan: arena {format_size(plan.arena_bytes)} within {format_size(budget)}, "
-          f"{options.threads} thread(s); wrote {outputs[3]}")
+          f"{options.threads} thread(s); wrote {transformed}{outputs[3]}")
     return 0
 
 if __name__ == "__main__":

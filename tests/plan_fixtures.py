@@ -45,7 +45,7 @@ def chain_sidecar(budget: int = 64_000):
 
     profile = chain_profile()
     return sidecar.Sidecar(
-        model=sidecar.Model("chain.flexnn.param", "a" * 64, "chain.flexnn.bin", "b" * 64),
+        model=sidecar.Model("chain.flexnn.param", "a" * 64, "chain.flexnn.bin", "b" * 64, "", ""),
         build=sidecar.Build.current(),
         target=sidecar.Target("x86_64-avx2", 1 << 20, 2, True, True, True, False),
         inputs={"data": [224, 224, 3]},

@@ -98,12 +98,14 @@ def test_cross_built_bench_is_static() -> None:
 
 
 def stress(runner: list[str], program: Path, tmp_path: Path, threads: int, inferences: int, writer: Writer = write_residual,
-           *options: str) -> dict:
+           *options: str, pretransform: bool = True) -> dict:
     """runtime_stress on a model (blobs `data` -> `output`): `inferences` pipelined runs cycling three
-    budgets (the tightest first), with `options` (direct_io=1, loader=middle); the timeout is the
-    watchdog that turns a hang into a failure."""
+    budgets (the tightest first), with `options` (direct_io=1, loader=middle), loading pre-transformed
+    weights unless `pretransform` is False; the timeout is the watchdog that turns a hang into a failure."""
     param, bin_, x = writer(tmp_path)
     np.save(tmp_path / "in.npy", x)
+    if pretransform:
+        options = (*options, f"transformed={tmp_path / 'model.transformed'}")
     proc = subprocess.run([*runner, str(program), str(param), str(bin_), str(tmp_path / "in.npy"), "data", "output", str(threads),
                            str(inferences), "50", "min", "600000", "100000000", *options], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -111,9 +113,10 @@ def stress(runner: list[str], program: Path, tmp_path: Path, threads: int, infer
     return json.loads(proc.stdout)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_a_thousand_pipelined_inferences_across_budgets_agree_and_never_hang(threads: int, tmp_path: Path) -> None:
-    report = stress([], built("host", "native", "tests_native", "runtime_stress"), tmp_path, threads, 1000)
+@pytest.mark.parametrize("threads, pretransform", [(1, False), (2, True)])
+def test_a_thousand_pipelined_inferences_across_budgets_agree_and_never_hang(threads: int, pretransform: bool, tmp_path: Path) -> None:
+    report = stress([], built("host", "native", "tests_native", "runtime_stress"), tmp_path, threads, 1000,
+                    pretransform=pretransform)
     assert report["inferences"] == 1000 and report["budgets"] == 3
 
 

@@ -10,6 +10,9 @@
 //                       computation (no overlap; with budget=min, the On-Demand baseline);
 //                       stock / direct: NCNN's own Net with default options / Winograd and sgemm off
 //     direct_io=1       read the .bin with O_DIRECT (the planner leaves room for its aligned window)
+//     transformed=FILE  where prepare writes the layers' pre-transformed weights, which every load
+//                       then reads instead of transforming (default: MODEL.transformed beside the
+//                       .param); transformed=0: layers transform their raw weights on every load
 //     loops=8 warmup=4 threads=1 loader=any|little|middle|big input=data output=output
 //
 // Output: {"mode", "budget", "latency_us": {"min", "median", "max"}, "arena_bytes", "outside_arena_bytes",
@@ -74,7 +77,7 @@ int main(int argc, char** argv)
         return fail("usage: flexnn-bench MODEL.param MODEL.bin INPUT.npy [budget=BYTES|min mode=flexnn|ondemand|stock|direct "
                     "loops=8 warmup=4 threads=1 loader=any|little|middle|big direct_io=0|1 input=data output=output out=FILE.npy]");
     std::map<std::string, std::string> args = {{"mode", "flexnn"}, {"loops", "8"}, {"warmup", "4"}, {"threads", "1"},
-                                               {"loader", "any"}, {"input", "data"}, {"output", "output"}, {"budget", "0"},
+                                               {"loader", "any"}, {"transformed", ""}, {"input", "data"}, {"output", "output"}, {"budget", "0"},
                                                {"out", ""}, {"direct_io", "0"}};
     for (int i = 4; i < argc; i++)
     {
@@ -136,8 +139,14 @@ int main(int argc, char** argv)
         options.overlap_loading = mode == "flexnn";
         if (budget <= kArenaMargin && args["budget"] != "min")
             return fail("mode " + mode + " needs budget=BYTES (more than " + std::to_string(kArenaMargin) + ") or budget=min");
+        std::string transformed = args["transformed"];
+        if (transformed.empty())
+            transformed = (param.size() > 6 && param.compare(param.size() - 6, 6, ".param") == 0 ? param.substr(0, param.size() - 6) : param)
+                          + ".transformed";
+        else if (transformed == "0")
+            transformed.clear();
         flexnn::PrepareResult prepared;
-        s = flexnn::prepare(param, bin, inputs, outputs, options, prepared);
+        s = flexnn::prepare(param, bin, transformed, inputs, outputs, options, prepared);
         if (!s.ok())
             return fail(s.message());
         // prepare held every weight at once: measure the peak of the runs only
@@ -146,7 +155,7 @@ int main(int argc, char** argv)
 #endif
         std::ofstream("/proc/self/clear_refs") << "5";
         std::unique_ptr<flexnn::Executor> executor;
-        s = flexnn::Executor::create(param, bin, options, prepared.schedule, prepared.profile, executor);
+        s = flexnn::Executor::create(param, bin, transformed, options, prepared.schedule, prepared.profile, executor);
         if (!s.ok())
             return fail(s.message());
         // the budget holds the arena, its margin, and what the executor keeps outside the arena

@@ -5,7 +5,7 @@
 // "error: ..." line, exit 1.
 //
 //   runtime_stress MODEL.param MODEL.bin INPUT.npy INPUT_BLOB OUTPUT_BLOB THREADS INFERENCES SWITCH_EVERY BUDGET...
-//                  [direct_io=1] [loader=middle]
+//                  [direct_io=1] [loader=middle] [transformed=FILE (pre-transformed weights written there)]
 #include "planner/planner.h"
 #include "runtime/executor.h"
 #include "runtime/npy.h"
@@ -53,27 +53,32 @@ int main(int argc, char** argv)
     const flexnn::NamedMats inputs = {{argv[4], input}};
     flexnn::RuntimeOptions options;
     options.num_threads = threads;
-    flexnn::PrepareResult prepared;
-    s = flexnn::prepare(param, bin, inputs, {argv[5]}, options, prepared);
-    if (!s.ok())
-        return fail(s.message());
-    const flexnn::PlannerOptions planner;
-    std::vector<uint64_t> budgets;
+    std::string transformed;
+    std::vector<std::string> budget_args;
     for (int i = 9; i < argc; i++)
     {
         if (std::strcmp(argv[i], "direct_io=1") == 0)
             options.direct_io = true;
         else if (std::strcmp(argv[i], "loader=middle") == 0)
             options.loader_cores = flexnn::LoaderCores::Middle;
+        else if (std::strncmp(argv[i], "transformed=", 12) == 0)
+            transformed = argv[i] + 12;
         else
-            budgets.push_back(std::strcmp(argv[i], "min") == 0 ? flexnn::min_feasible_budget(prepared.profile, planner)
-                                                               : std::strtoull(argv[i], nullptr, 10));
+            budget_args.push_back(argv[i]);
     }
+    flexnn::PrepareResult prepared;
+    s = flexnn::prepare(param, bin, transformed, inputs, {argv[5]}, options, prepared);
+    if (!s.ok())
+        return fail(s.message());
+    const flexnn::PlannerOptions planner;
+    std::vector<uint64_t> budgets;
+    for (const std::string& b : budget_args)
+        budgets.push_back(b == "min" ? flexnn::min_feasible_budget(prepared.profile, planner) : std::strtoull(b.c_str(), nullptr, 10));
     if (budgets.empty())
         return fail("no BUDGET given");
 
     std::unique_ptr<flexnn::Executor> executor;
-    s = flexnn::Executor::create(param, bin, options, prepared.schedule, prepared.profile, executor);
+    s = flexnn::Executor::create(param, bin, transformed, options, prepared.schedule, prepared.profile, executor);
     if (!s.ok())
         return fail(s.message());
     ncnn::Mat first;

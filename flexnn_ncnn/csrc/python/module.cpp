@@ -157,14 +157,14 @@ flexnn::LayerSchedule schedule_from(const py::dict& d)
 }
 
 py::dict prepare(const std::string& param, const std::string& bin, const py::dict& inputs, const std::vector<std::string>& outputs,
-                 int threads, bool packing, bool winograd, bool sgemm, bool fp16)
+                 int threads, bool packing, bool winograd, bool sgemm, bool fp16, const std::string& transformed)
 {
     const flexnn::NamedMats mats = named_mats(inputs);
     const flexnn::RuntimeOptions options = runtime_options(threads, packing, winograd, sgemm, fp16, "any", false);
     flexnn::PrepareResult result;
     {
         py::gil_scoped_release unlocked;
-        check(flexnn::prepare(param, bin, mats, outputs, options, result));
+        check(flexnn::prepare(param, bin, transformed, mats, outputs, options, result));
     }
     py::dict d;
     d["schedule"] = schedule_dict(result.schedule);
@@ -180,14 +180,14 @@ class PyExecutor
 public:
     PyExecutor(const std::string& param, const std::string& bin, const py::dict& schedule, const std::vector<TensorTuple>& tensors,
                const std::vector<LayerTuple>& layers, int threads, bool packing, bool winograd, bool sgemm, bool fp16,
-               const std::string& loader, bool drop_page_cache, bool overlap_loading, bool direct_io)
+               const std::string& loader, bool drop_page_cache, bool overlap_loading, bool direct_io, const std::string& transformed)
     {
         const flexnn::RuntimeOptions options
             = runtime_options(threads, packing, winograd, sgemm, fp16, loader, drop_page_cache, overlap_loading, direct_io);
         flexnn::LayerSchedule s = schedule_from(schedule);
         flexnn::Profile p = flexnn::plan_dict::profile_from_columns(tensors, layers);
         py::gil_scoped_release unlocked;
-        check(flexnn::Executor::create(param, bin, options, std::move(s), std::move(p), executor_));
+        check(flexnn::Executor::create(param, bin, transformed, options, std::move(s), std::move(p), executor_));
     }
     void set_plan(const py::dict& columns)
     {
@@ -268,15 +268,18 @@ PYBIND11_MODULE(_native, m)
 
     m.def("prepare", &prepare, py::arg("param"), py::arg("bin"), py::arg("inputs"), py::arg("outputs"), py::arg("threads") = 1,
           py::arg("packing") = true, py::arg("winograd") = true, py::arg("sgemm") = true, py::arg("fp16") = true,
-          "Prepare a model on this machine: {schedule, profile: (tensors, layers), outputs, outside_bytes}.");
+          py::arg("transformed") = "",
+          "Prepare a model on this machine: {schedule, profile: (tensors, layers), outputs, outside_bytes}; "
+          "with transformed, the layers' pre-transformed weights are written to that path.");
 
     py::class_<PyExecutor>(m, "Executor", "A prepared model run under a plan (runtime/executor.h).")
         .def(py::init<const std::string&, const std::string&, const py::dict&, const std::vector<TensorTuple>&,
-                      const std::vector<LayerTuple>&, int, bool, bool, bool, bool, const std::string&, bool, bool, bool>(),
+                      const std::vector<LayerTuple>&, int, bool, bool, bool, bool, const std::string&, bool, bool, bool,
+                      const std::string&>(),
              py::arg("param"), py::arg("bin"), py::arg("schedule"), py::arg("tensors"), py::arg("layers"), py::arg("threads") = 1,
              py::arg("packing") = true, py::arg("winograd") = true, py::arg("sgemm") = true, py::arg("fp16") = true,
              py::arg("loader") = "any", py::arg("drop_page_cache") = false, py::arg("overlap_loading") = true,
-             py::arg("direct_io") = false)
+             py::arg("direct_io") = false, py::arg("transformed") = "")
         .def("set_plan", &PyExecutor::set_plan, py::arg("plan"), "check the plan (planner columns) and move to its arena")
         .def("set_budget", &PyExecutor::set_budget, py::arg("budget"), py::arg("algorithm") = "flexnn", py::arg("alignment") = 64,
              "re-plan the stored profile for this arena size and move to it")

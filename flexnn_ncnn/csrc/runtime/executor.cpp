@@ -42,8 +42,9 @@ Executor::~Executor()
     model_.reset(); // before the arena and the allocators
 }
 
-Status Executor::create(const std::string& param_path, const std::string& bin_path, const RuntimeOptions& options,
-                        LayerSchedule schedule, Profile profile, std::unique_ptr<Executor>& out)
+Status Executor::create(const std::string& param_path, const std::string& bin_path, const std::string& transformed_path,
+                        const RuntimeOptions& options, LayerSchedule schedule, Profile profile,
+                        std::unique_ptr<Executor>& out)
 {
     Status s = validate_profile(profile);
     if (!s.ok())
@@ -59,6 +60,12 @@ Status Executor::create(const std::string& param_path, const std::string& bin_pa
     s = e->choose_loader_cpus();
     if (!s.ok())
         return s;
+    if (!transformed_path.empty())
+    {
+        s = e->transformed_.open(transformed_path, TransformKey::current(options), options.direct_io);
+        if (!s.ok())
+            return s;
+    }
     if (options.direct_io)
     {
         uint64_t largest = 0;
@@ -211,11 +218,12 @@ Status Executor::load_step(int step)
     Status s;
     {
         ThreadAllocatorScope scope(&weights_);
-        s = planned->load(reader, load_opt_);
+        s = load_layer(*planned, reader, load_opt_, transformed_.layer(layer), transformed_.fd(), transformed_.path(),
+                       options_.direct_io ? &window_ : nullptr);
     }
     load_clock_.end();
     if (!s.ok())
-        return Status::error(reader.error().empty() ? s.message() : "layer " + planned->name + ": " + reader.error());
+        return s;
     if (failure_.failed())
         return failure_.status();
     if (reader.position() != range.end)
@@ -224,7 +232,10 @@ Status Executor::load_step(int step)
     if (planned->loaded_flags() != schedule_.flags[layer])
         return Status::error("layer " + planned->name + " was built with other flags than at prepare");
     if (options_.drop_page_cache)
+    {
         model_->weights().drop_cached(range);
+        transformed_.drop_cached(layer);
+    }
     return Status();
 }
 

@@ -15,6 +15,7 @@
 #include "runtime/status.h"
 #include "runtime/step_clock.h"
 #include "runtime/stock_run.h"
+#include "runtime/transformed_weights.h"
 
 #include <cpu.h>
 
@@ -35,8 +36,8 @@ struct RunStats
 
 // Runs a prepared model under a plan (paper section 3.4). One arena of the plan's size holds every
 // weight, activation and intermediate at its planned offset. A loading thread walks the steps in
-// order: load(s) rebuilds step s's layer from its bytes of the .bin once comp(i) has finished for
-// its dependency (i, s); the calling thread computes through NCNN's Extractor, each layer waiting
+// order: load(s) rebuilds step s's layer from its bytes of the .bin (and its pre-transformed weights,
+// when prepare made them) once comp(i) has finished for its dependency (i, s); the calling thread computes through NCNN's Extractor, each layer waiting
 // for its own load. Layers whose weights are pinned, or who have none, are built once per plan.
 // run and set_plan may be called from any thread; they take turns.
 class Executor : private ComputeHooks
@@ -44,8 +45,11 @@ class Executor : private ComputeHooks
 public:
     ~Executor() override;
 
-    static Status create(const std::string& param_path, const std::string& bin_path, const RuntimeOptions& options,
-                         LayerSchedule schedule, Profile profile, std::unique_ptr<Executor>& out);
+    // transformed_path: the pre-transformed weights prepare wrote for this profile ("" when it made
+    // none); a file made for another build, CPU or options is refused
+    static Status create(const std::string& param_path, const std::string& bin_path, const std::string& transformed_path,
+                         const RuntimeOptions& options, LayerSchedule schedule, Profile profile,
+                         std::unique_ptr<Executor>& out);
 
     // Check `plan` against the profile, then (between inferences) move to a fresh arena of its size.
     Status set_plan(const Plan& plan);
@@ -112,6 +116,7 @@ private:
     ArenaAllocator blobs_;
     ArenaAllocator workspace_;
     DirectWindow window_; // O_DIRECT reads only; allocated from outside_
+    TransformedWeightsFile transformed_; // not open: every layer transforms its raw weights
 
     // declared last, destroyed first: layers release their Mats into the allocators above
     std::unique_ptr<unsigned char, void (*)(unsigned char*)> arena_;

@@ -1,6 +1,6 @@
 #include "runtime/planned_layer.h"
 
-#include <modelbin.h>
+#include "runtime/transformed_weights.h"
 
 namespace flexnn {
 
@@ -69,7 +69,7 @@ uint32_t PlannedLayer::loaded_flags() const
     return real_ ? layer_flags(*real_) : 0u;
 }
 
-Status PlannedLayer::load(const ncnn::DataReader& dr, const ncnn::Option& opt)
+Status PlannedLayer::load(const ncnn::ModelBin& mb, const ncnn::Option& opt, ncnn::TransformedWeightStore* store)
 {
     unload(opt);
     std::unique_ptr<ncnn::Layer> layer(ncnn::create_layer_cpu(typeindex));
@@ -85,7 +85,7 @@ Status PlannedLayer::load(const ncnn::DataReader& dr, const ncnn::Option& opt)
     layer->featmask = featmask;
     if (layer->load_param(pd_) != 0)
         return Status::error("layer " + name + ": load_param failed");
-    ncnn::ModelBinFromDataReader mb(dr);
+    TransformedStoreScope scope(store);
     if (layer->load_model(mb) != 0)
         return Status::error("layer " + name + ": load_model failed");
     if (layer->create_pipeline(opt) != 0)

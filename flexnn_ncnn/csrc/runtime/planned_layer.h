@@ -3,8 +3,8 @@
 
 #include "runtime/status.h"
 
-#include <datareader.h>
 #include <layer.h>
+#include <modelbin.h>
 #include <paramdict.h>
 
 #include <cstdint>
@@ -27,8 +27,9 @@ uint32_t layer_flags(const ncnn::Layer& layer);
 
 // Stands in the Net for one layer, so that the runtime decides when its weights exist. It holds
 // the layer's ParamDict and builds the real (arch-optimised) layer afresh on every load: load_param,
-// load_model from a DataReader, create_pipeline, all on the calling thread, so Mats created without
-// an allocator land wherever that thread's default allocator (ncnn_patches/0001) puts them.
+// load_model from a ModelBin, create_pipeline, all on the calling thread, so Mats created without
+// an allocator land wherever that thread's default allocator (ncnn_patches/0001) puts them, and
+// transformed weights come from (or go to) the thread's store (ncnn_patches/0003).
 // forward delegates to the real layer between the hooks. NCNN reads this layer's flags before
 // forward, possibly before the load: they are set once (set_flags) and every load must give the
 // same ones.
@@ -46,8 +47,9 @@ public:
     int forward_inplace(std::vector<ncnn::Mat>& bottom_top_blobs, const ncnn::Option& opt) const override;
     int forward_inplace(ncnn::Mat& bottom_top_blob, const ncnn::Option& opt) const override;
 
-    // Build the real layer from its params and `dr` (the previous one is destroyed first).
-    Status load(const ncnn::DataReader& dr, const ncnn::Option& opt);
+    // Build the real layer from its params and `mb` (the previous one is destroyed first); `store`,
+    // when not null, is the thread's TransformedWeightStore while it builds.
+    Status load(const ncnn::ModelBin& mb, const ncnn::Option& opt, ncnn::TransformedWeightStore* store = nullptr);
     void unload(const ncnn::Option& opt);
     // the real layer's flags after its last load
     uint32_t loaded_flags() const;

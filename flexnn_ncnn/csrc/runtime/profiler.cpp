@@ -3,9 +3,12 @@
 #include "runtime/model.h"
 #include "runtime/recording_allocator.h"
 #include "runtime/thread_allocator_scope.h"
+#include "runtime/transformed_weights.h"
 #include "runtime/weight_reader.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 
 namespace flexnn {
@@ -47,6 +50,126 @@ private:
     double started_us_ = 0;
 };
 
+// NCNN's ModelBin over a WeightReader that remembers what each load call returned
+class RecordingModelBin : public ncnn::ModelBin
+{
+public:
+    explicit RecordingModelBin(WeightReader& reader)
+        : reader_(reader), raw_(reader)
+    {
+    }
+    ncnn::Mat load(int w, int type) const override
+    {
+        ncnn::Mat m = raw_.load(w, type);
+        calls.push_back({m.data, reader_.position(), (uint32_t)m.elemsize});
+        return m;
+    }
+
+    struct Call
+    {
+        const void* data;
+        uint64_t end;
+        uint32_t elemsize;
+    };
+    mutable std::vector<Call> calls;
+
+private:
+    WeightReader& reader_;
+    const ncnn::ModelBinFromDataReader raw_;
+};
+
+// Build every layer the stock way from `heap`, each one's derived weights going to `writer`, and
+// mark the raw weights a layer with transformed ones no longer holds once built (heap no longer owns
+// them): those are never read when the layer is built from the file.
+Status record_transforms(Model& model, const ncnn::Option& load_opt, CountingAllocator& heap, TransformedWeightsWriter& writer,
+                         std::vector<ByteRange>& ranges)
+{
+    uint64_t position = 0;
+    for (int i = 0; i < model.layer_count(); i++)
+    {
+        PlannedLayer* layer = model.planned(i);
+        if (!layer)
+            continue;
+        WeightReader reader(model.weights(), {position, std::numeric_limits<uint64_t>::max()});
+        RecordingModelBin mb(reader);
+        writer.begin_layer(i);
+        Status s;
+        {
+            ThreadAllocatorScope scope(&heap);
+            s = layer->load(mb, load_opt, &writer);
+        }
+        if (!reader.error().empty())
+            return Status::error("layer " + layer->name + ": " + reader.error());
+        if (!s.ok())
+            return s;
+        if (!writer.status().ok())
+            return writer.status();
+        ranges[i] = {position, reader.position()};
+        position = reader.position();
+        layer->set_flags(layer->loaded_flags());
+        if (!writer.current())
+            continue;
+        std::vector<SkippedLoad> skipped;
+        for (size_t k = 0; k < mb.calls.size(); k++)
+        {
+            const RecordingModelBin::Call& call = mb.calls[k];
+            if (call.data && !heap.owns(const_cast<void*>(call.data)))
+                skipped.push_back({(int)k, call.end, call.elemsize});
+        }
+        writer.set_skipped(std::move(skipped));
+    }
+    return Status();
+}
+
+// One inference with NCNN's own allocators, not recorded: the hooks and clock start afresh after it.
+Status run_unrecorded(Model& model, const NamedMats& inputs, const std::vector<std::string>& output_names,
+                      RecordingHooks& hooks, StepClock& clock, NamedMats& outputs)
+{
+    {
+        ncnn::Extractor ex = model.net().create_extractor();
+        for (const auto& input : inputs)
+            ex.input(input.first.c_str(), input.second);
+        for (const std::string& name : output_names)
+        {
+            ncnn::Mat feature;
+            if (ex.extract(name.c_str(), feature) != 0)
+                return Status::error("NCNN failed to compute output '" + name + "'");
+            outputs.emplace_back(name, feature.clone());
+        }
+    }
+    hooks.order.clear();
+    hooks.compute_us.clear();
+    clock.reset();
+    return Status();
+}
+
+// ok when every output of `b` equals `a`'s (same kernels on the same weights: bit for bit, up to
+// a margin far below any weight error)
+Status compare_outputs(const NamedMats& a, const NamedMats& b)
+{
+    for (size_t k = 0; k < a.size() && k < b.size(); k++)
+    {
+        const ncnn::Mat& x = a[k].second;
+        const ncnn::Mat& y = b[k].second;
+        if (x.w != y.w || x.h != y.h || x.d != y.d || x.c != y.c || x.elemsize != y.elemsize || x.elempack != y.elempack)
+            return Status::error("output " + a[k].first + " has another shape");
+        float largest = 0, diff = 0;
+        for (int q = 0; q < x.c; q++)
+        {
+            const float* p = x.channel(q);
+            const float* r = y.channel(q);
+            for (size_t i = 0; i < (size_t)x.w * x.h * x.d * x.elempack; i++)
+            {
+                largest = std::max(largest, std::fabs(p[i]));
+                diff = std::max(diff, std::fabs(p[i] - r[i]));
+            }
+        }
+        if (!(diff <= 1e-5f * std::max(largest, 1.f)))
+            return Status::error("output " + a[k].first + " differs by " + std::to_string(diff));
+    }
+    return Status();
+}
+
 bool has_blob(const ncnn::Net& net, const std::string& name)
 {
     for (const ncnn::Blob& blob : net.blobs())
@@ -57,10 +180,12 @@ bool has_blob(const ncnn::Net& net, const std::string& name)
 
 } // namespace
 
-Status prepare(const std::string& param_path, const std::string& bin_path, const NamedMats& inputs,
-               const std::vector<std::string>& output_names, const RuntimeOptions& options, PrepareResult& result)
+Status prepare(const std::string& param_path, const std::string& bin_path, const std::string& transformed_path,
+               const NamedMats& inputs, const std::vector<std::string>& output_names, const RuntimeOptions& options,
+               PrepareResult& result)
 {
     // declared before the model: its layers release their buffers into these
+    CountingAllocator stock_heap; // layers built the stock way, to record their transformed weights
     CountingAllocator outside;
     StepClock load_clock;
     StepClock clock;
@@ -81,7 +206,8 @@ Status prepare(const std::string& param_path, const std::string& bin_path, const
         if (!has_blob(model.net(), name))
             return Status::error("model has no output blob '" + name + "'");
 
-    // every layer once, in .bin order: byte ranges, flags, load times, weight buffers
+    // every layer once, in .bin order: byte ranges, flags, load times, weight buffers; with a
+    // transformed-weights file, first built the stock way to record what create_pipeline derives
     LayerSchedule& schedule = result.schedule;
     schedule.ranges.assign(layer_count, ByteRange());
     schedule.flags.assign(layer_count, 0u);
@@ -89,6 +215,20 @@ Status prepare(const std::string& param_path, const std::string& bin_path, const
     ncnn::Option load_opt = model.options();
     load_opt.blob_allocator = nullptr; // whatever create_pipeline allocates is the layer's: see ThreadAllocatorScope
     load_opt.workspace_allocator = nullptr;
+    TransformedWeightsWriter writer;
+    NamedMats stock_outputs;
+    if (!transformed_path.empty())
+    {
+        s = writer.create(transformed_path, TransformKey::current(options));
+        if (!s.ok())
+            return s;
+        s = record_transforms(model, load_opt, stock_heap, writer, schedule.ranges);
+        if (!s.ok())
+            return s;
+        s = run_unrecorded(model, inputs, output_names, hooks, clock, stock_outputs);
+        if (!s.ok())
+            return s;
+    }
     uint64_t position = 0;
     for (int i = 0; i < layer_count; i++)
     {
@@ -96,15 +236,18 @@ Status prepare(const std::string& param_path, const std::string& bin_path, const
         if (!layer)
             continue;
         WeightReader reader(model.weights(), {position, std::numeric_limits<uint64_t>::max()});
+        writer.begin_layer(i);
         load_clock.begin(i);
         const double t0 = now_us();
         {
             ThreadAllocatorScope scope(&weights);
-            s = layer->load(reader, load_opt);
+            s = load_layer(*layer, reader, load_opt, writer.current(), writer.fd(), transformed_path, nullptr);
         }
         load_us[i] = now_us() - t0;
         if (!s.ok())
-            return Status::error(reader.error().empty() ? s.message() : "layer " + model.layer_name(i) + ": " + reader.error());
+            return s;
+        if (!transformed_path.empty() && schedule.ranges[i].end != reader.position())
+            return Status::error("layer " + layer->name + " read other bytes with its transformed weights");
         schedule.ranges[i] = {position, reader.position()};
         position = reader.position();
         schedule.flags[i] = layer->loaded_flags();
@@ -149,6 +292,16 @@ Status prepare(const std::string& param_path, const std::string& bin_path, const
         ex.clear();
         output_us = now_us() - t0;
         clock.end();
+    }
+    if (!transformed_path.empty())
+    {
+        s = compare_outputs(stock_outputs, result.outputs);
+        if (!s.ok())
+            return Status::error("pre-transformed weights change the output (" + s.message()
+                                 + "): a layer reads weights it does not hand to its TransformedWeightStore");
+        s = writer.finish();
+        if (!s.ok())
+            return s;
     }
     schedule.order = hooks.order;
 

@@ -23,8 +23,13 @@ struct PrepareResult
 // Prepare (on the target): load every layer once in .bin order, recording each one's byte range,
 // flags, load time and the buffers it allocates; then one sequential inference recording every
 // buffer's (step, role, ordinal, size, last use) and each layer's compute time.
-Status prepare(const std::string& param_path, const std::string& bin_path, const NamedMats& inputs,
-               const std::vector<std::string>& output_names, const RuntimeOptions& options, PrepareResult& result);
+// With a transformed_path, the weights each layer derives in create_pipeline are written there
+// first (an inference with the layers built the stock way gives the reference outputs), and the
+// recorded loads and inference are those of layers built from that file; the two inferences must
+// agree. "" prepares layers that transform their raw weights on every load.
+Status prepare(const std::string& param_path, const std::string& bin_path, const std::string& transformed_path,
+               const NamedMats& inputs, const std::vector<std::string>& output_names, const RuntimeOptions& options,
+               PrepareResult& result);
 
 } // namespace flexnn
 

@@ -7,9 +7,6 @@
 
 namespace flexnn {
 
-namespace {
-
-// pread until `size` bytes or the file's end (or an error): the bytes read
 size_t pread_all(int fd, void* buf, size_t size, uint64_t offset)
 {
     size_t done = 0;
@@ -25,21 +22,27 @@ size_t pread_all(int fd, void* buf, size_t size, uint64_t offset)
     return done;
 }
 
-} // namespace
-
 WeightFile::~WeightFile()
 {
     if (fd_ >= 0)
         close(fd_);
 }
 
+Status open_for_reading(const std::string& path, const std::string& what, bool direct, int& fd)
+{
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
+    if (fd < 0 && direct && errno == EINVAL)
+        return Status::error("cannot open " + what + " with O_DIRECT: its file system refuses direct I/O");
+    if (fd < 0)
+        return Status::error("cannot open " + what + ": " + strerror(errno));
+    return Status();
+}
+
 Status WeightFile::open(const std::string& path, bool direct)
 {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
-    if (fd_ < 0 && direct && errno == EINVAL)
-        return Status::error("cannot open weights " + path + " with O_DIRECT: its file system refuses direct I/O");
-    if (fd_ < 0)
-        return Status::error("cannot open weights " + path + ": " + strerror(errno));
+    Status s = open_for_reading(path, "weights " + path, direct, fd_);
+    if (!s.ok())
+        return s;
     path_ = path;
     direct_ = direct;
     return Status();

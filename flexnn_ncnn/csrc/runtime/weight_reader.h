@@ -11,6 +11,13 @@
 
 namespace flexnn {
 
+// pread until `size` bytes, the file's end or an error: the bytes read
+size_t pread_all(int fd, void* buf, size_t size, uint64_t offset);
+
+// open `path` read-only (with O_DIRECT when `direct`: a file system that refuses it is an error,
+// never a silent fallback); `what` names the file in errors, e.g. "weights /a/b.bin"
+Status open_for_reading(const std::string& path, const std::string& what, bool direct, int& fd);
+
 // A layer's bytes in the .bin: [begin, end).
 struct ByteRange
 {
@@ -63,10 +70,16 @@ public:
     WeightReader(const WeightFile& file, ByteRange range, DirectWindow* window = nullptr);
     size_t read(void* buf, size_t size) const override;
 
-    // the bytes consumed so far
+    // the file position of the next read
     uint64_t position() const
     {
         return position_;
+    }
+    // move on to `position` (not before the current one) without reading the bytes in between
+    void skip_to(uint64_t position)
+    {
+        if (position > position_)
+            position_ = position;
     }
     // empty unless a read came up short
     const std::string& error() const
