@@ -24,7 +24,9 @@ from .units import format_size
 log = logging.getLogger(__name__)
 
 ROLES = ("weight", "activation", "intermediate")  # index = the C++ Role value
-ALGORITHMS = ("flexnn", "algorithm1")
+ALGORITHMS = ("flexnn", "algorithm1")  # what the planner makes
+# what a plan may name: "swapnet" plans are the benchmark's block-streaming baseline (bench/swapnet.py)
+PLAN_ALGORITHMS = (*ALGORITHMS, "swapnet")
 DEFAULT_ALIGNMENT = 64  # NCNN_MALLOC_ALIGN
 # NCNN may read this many bytes past a buffer's end (NCNN_MALLOC_OVERREAD): the runtime's arena holds
 # them past its last buffer, so a runtime budget B is planned as an arena of at most B - ARENA_MARGIN.
@@ -149,8 +151,8 @@ class Plan:
     @staticmethod
     def from_dict(d: Mapping[str, Any], where: str = "plan") -> "Plan":
         algorithm = _field(d, "algorithm", str, where)
-        if algorithm not in ALGORITHMS:
-            raise UserError(f"{where}.algorithm is {algorithm!r}, not one of {', '.join(ALGORITHMS)}")
+        if algorithm not in PLAN_ALGORITHMS:
+            raise UserError(f"{where}.algorithm is {algorithm!r}, not one of {', '.join(PLAN_ALGORITHMS)}")
         raw = _field(d, "tensors", list, where)
         pinned = set()
         for i, index in enumerate(_field(d, "pinned_weights", list, where)):

@@ -12,10 +12,10 @@ namespace py = pybind11;
 
 namespace {
 
-using flexnn::plan_dict::algorithm_from;
 using flexnn::plan_dict::LayerTuple;
 using flexnn::plan_dict::plan_from_dict;
 using flexnn::plan_dict::plan_to_dict;
+using flexnn::plan_dict::planner_algorithm_from;
 using flexnn::plan_dict::profile_from_columns;
 using flexnn::plan_dict::TensorTuple;
 
@@ -24,7 +24,7 @@ py::dict make_plan(const std::vector<TensorTuple>& tensors, const std::vector<La
                    const std::string& algorithm, uint64_t alignment)
 {
     const flexnn::Profile profile = profile_from_columns(tensors, layers);
-    const flexnn::PlannerOptions options{algorithm_from(algorithm), alignment};
+    const flexnn::PlannerOptions options{planner_algorithm_from(algorithm), alignment};
     flexnn::PlanResult result;
     {
         py::gil_scoped_release unlocked;
@@ -64,7 +64,7 @@ PYBIND11_MODULE(_planner, m)
         "min_feasible_budget",
         [](const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers, const std::string& algorithm, uint64_t alignment) {
             const flexnn::Profile profile = profile_from_columns(tensors, layers);
-            const flexnn::PlannerOptions options{algorithm_from(algorithm), alignment};
+            const flexnn::PlannerOptions options{planner_algorithm_from(algorithm), alignment};
             py::gil_scoped_release unlocked;
             return flexnn::min_feasible_budget(profile, options);
         },

@@ -19,6 +19,7 @@ enum class Algorithm
 {
     Algorithm1 = 0, // the paper's Algorithm 1: first fit, earliest preload, no pinning
     FlexNN = 1,     // best fit, preloads in loader order, pinning chosen by the expected I/O stall
+    SwapNet = 2,    // block streaming, the benchmark's baseline (flexnn_ncnn/bench/swapnet.py): checked and run, never planned here
 };
 
 const char* algorithm_name(Algorithm algorithm);

@@ -58,13 +58,24 @@ inline pybind11::tuple profile_to_columns(const Profile& profile)
     return pybind11::make_tuple(tensors, layers);
 }
 
-inline Algorithm algorithm_from(const std::string& name)
+// what the planner is asked to plan with
+inline Algorithm planner_algorithm_from(const std::string& name)
 {
     if (name == "flexnn")
         return Algorithm::FlexNN;
     if (name == "algorithm1")
         return Algorithm::Algorithm1;
     throw std::invalid_argument("unknown planning algorithm '" + name + "': use flexnn or algorithm1");
+}
+
+// what a plan may name: every plan is checked and run, swapnet plans are made in Python (bench/swapnet.py)
+inline Algorithm algorithm_from(const std::string& name)
+{
+    if (name == "swapnet")
+        return Algorithm::SwapNet;
+    if (name == "flexnn" || name == "algorithm1")
+        return planner_algorithm_from(name);
+    throw std::invalid_argument("unknown plan algorithm '" + name + "': flexnn, algorithm1 or swapnet");
 }
 
 inline pybind11::dict plan_to_dict(const Plan& plan)

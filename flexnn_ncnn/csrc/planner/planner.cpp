@@ -173,7 +173,16 @@ Plan choose_pinning(const LayoutInput& in, const PlannerOptions& options, uint64
 
 const char* algorithm_name(Algorithm algorithm)
 {
-    return algorithm == Algorithm::Algorithm1 ? "algorithm1" : "flexnn";
+    switch (algorithm)
+    {
+    case Algorithm::Algorithm1:
+        return "algorithm1";
+    case Algorithm::SwapNet:
+        return "swapnet";
+    case Algorithm::FlexNN:
+        break;
+    }
+    return "flexnn";
 }
 
 PlanResult make_plan(const Profile& profile, uint64_t budget, const PlannerOptions& options)

@@ -85,7 +85,7 @@ py::tuple run_stock(const std::string& param, const std::string& bin, const std:
     return py::make_tuple(out, stats);
 }
 
-using flexnn::plan_dict::algorithm_from;
+using flexnn::plan_dict::planner_algorithm_from;
 using flexnn::plan_dict::LayerTuple;
 using flexnn::plan_dict::TensorTuple;
 
@@ -197,7 +197,7 @@ public:
     }
     void set_budget(uint64_t budget, const std::string& algorithm, uint64_t alignment)
     {
-        const flexnn::PlannerOptions options{algorithm_from(algorithm), alignment};
+        const flexnn::PlannerOptions options{planner_algorithm_from(algorithm), alignment};
         py::gil_scoped_release unlocked;
         check(executor_->set_budget(budget, options));
     }
