@@ -4,8 +4,10 @@ The slicer's per-layer costs (analysis.py) estimate what NCNN will allocate; the
 prepare records is what it does allocate (transformed weights, layout conversions, live
 activations). When the plan for the budget is infeasible, every layer's limit is lowered by the
 shortfall (the slicer's `reserve`) and the model is sliced again, until the plan fits, the slicer
-cannot cut further, or the shortfall stops shrinking; the error then names the smallest feasible
-budget any attempt's plan reported. No hand-set caps: every limit derives from the budget.
+cannot cut further, or the shortfall stops shrinking. The smallest feasible budget an attempt's plan
+reports holds for that attempt's slicing, and the slicing made for that budget may differ: the error
+names one the same loop was confirmed to fit (or, when none was within the attempts, the last
+one found). No hand-set caps: every limit derives from the budget.
 """
 
 from __future__ import annotations
@@ -29,6 +31,25 @@ MAX_ATTEMPTS = 6
 def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
                   target: Target, options: RuntimeOptions, scratch: Path, progress: bool = False) -> SlicingResult:
     """The slicing whose prepared profile plans within `budget`; attempts are written to `scratch`."""
+    result, smallest = _fit(param, modelbin, graph, shapes, budget, target, options, scratch, progress)
+    if result is not None:
+        return result
+    for _ in range(MAX_ATTEMPTS):
+        if not smallest:
+            break
+        log.info("confirming that %s fits", format_size(smallest))
+        confirmed, found = _fit(param, modelbin, graph, shapes, smallest, target, options, scratch, progress)
+        if confirmed is not None:
+            break
+        if not found or found <= smallest:
+            break  # no larger candidate: name the last one found
+        smallest = found
+    raise planning.InfeasibleBudget(budget, smallest, "no slicing of the model plans within the budget")
+
+
+def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int, target: Target,
+         options: RuntimeOptions, scratch: Path, progress: bool) -> tuple[SlicingResult | None, int]:
+    """(the fitting slicing, 0), or (None, the smallest feasible budget any attempt's plan reported)."""
     input_shapes = {name: tuple(shapes[name].numpy()) for name in graph.inputs}
     reserve = 0
     smallest = 0  # the smallest feasible budget an attempt's plan reported (0: none yet)
@@ -43,7 +64,7 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
         sliced_param, sliced_bin, _ = write_sliced(result, scratch, f"attempt{attempt}")
         try:
             prepare_model(sliced_param, sliced_bin, budget, input_shapes, options)
-            return result
+            return result, 0
         except planning.InfeasibleBudget as e:
             if not e.min_feasible_budget:
                 raise
@@ -54,4 +75,4 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
                 break  # slicing tighter no longer helps: the rest is activations or fixed buffers
             shortfall_before = shortfall
             reserve += shortfall
-    raise planning.InfeasibleBudget(budget, smallest, "no slicing of the model plans within the budget")
+    return None, smallest

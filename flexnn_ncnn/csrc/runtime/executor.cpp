@@ -65,6 +65,10 @@ Status Executor::create(const std::string& param_path, const std::string& bin_pa
         s = e->transformed_.open(transformed_path, TransformKey::current(options), options.direct_io);
         if (!s.ok())
             return s;
+        s = e->zeros_.map(e->transformed_.largest_skipped());
+        if (!s.ok())
+            return s;
+        e->source_ = {e->transformed_.fd(), e->transformed_.path(), options.direct_io ? &e->window_ : nullptr, &e->zeros_};
     }
     if (options.direct_io)
     {
@@ -218,8 +222,7 @@ Status Executor::load_step(int step)
     Status s;
     {
         ThreadAllocatorScope scope(&weights_);
-        s = load_layer(*planned, reader, load_opt_, transformed_.layer(layer), transformed_.fd(), transformed_.path(),
-                       options_.direct_io ? &window_ : nullptr);
+        s = load_layer(*planned, reader, load_opt_, transformed_.layer(layer), source_);
     }
     load_clock_.end();
     if (!s.ok())

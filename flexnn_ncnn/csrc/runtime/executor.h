@@ -117,6 +117,8 @@ private:
     ArenaAllocator workspace_;
     DirectWindow window_; // O_DIRECT reads only; allocated from outside_
     TransformedWeightsFile transformed_; // not open: every layer transforms its raw weights
+    ZeroPages zeros_;                    // what the skipped raw weights point at
+    TransformedSource source_;           // transformed_, the window with direct_io, zeros_
 
     // declared last, destroyed first: layers release their Mats into the allocators above
     std::unique_ptr<unsigned char, void (*)(unsigned char*)> arena_;

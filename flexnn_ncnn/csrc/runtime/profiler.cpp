@@ -61,7 +61,7 @@ public:
     ncnn::Mat load(int w, int type) const override
     {
         ncnn::Mat m = raw_.load(w, type);
-        calls.push_back({m.data, reader_.position(), (uint32_t)m.elemsize});
+        calls.push_back({m.data, reader_.position(), (uint32_t)m.elemsize, (uint64_t)w * m.elemsize});
         return m;
     }
 
@@ -70,6 +70,7 @@ public:
         const void* data;
         uint64_t end;
         uint32_t elemsize;
+        uint64_t bytes;
     };
     mutable std::vector<Call> calls;
 
@@ -114,7 +115,7 @@ Status record_transforms(Model& model, const ncnn::Option& load_opt, CountingAll
         {
             const RecordingModelBin::Call& call = mb.calls[k];
             if (call.data && !heap.owns(const_cast<void*>(call.data)))
-                skipped.push_back({(int)k, call.end, call.elemsize});
+                skipped.push_back({(int)k, call.end, call.elemsize, call.bytes});
         }
         writer.set_skipped(std::move(skipped));
     }
@@ -216,6 +217,8 @@ Status prepare(const std::string& param_path, const std::string& bin_path, const
     load_opt.blob_allocator = nullptr; // whatever create_pipeline allocates is the layer's: see ThreadAllocatorScope
     load_opt.workspace_allocator = nullptr;
     TransformedWeightsWriter writer;
+    ZeroPages zeros;
+    TransformedSource source;
     NamedMats stock_outputs;
     if (!transformed_path.empty())
     {
@@ -228,6 +231,10 @@ Status prepare(const std::string& param_path, const std::string& bin_path, const
         s = run_unrecorded(model, inputs, output_names, hooks, clock, stock_outputs);
         if (!s.ok())
             return s;
+        s = zeros.map(writer.largest_skipped());
+        if (!s.ok())
+            return s;
+        source = {writer.fd(), transformed_path, nullptr, &zeros};
     }
     uint64_t position = 0;
     for (int i = 0; i < layer_count; i++)
@@ -241,7 +248,7 @@ Status prepare(const std::string& param_path, const std::string& bin_path, const
         const double t0 = now_us();
         {
             ThreadAllocatorScope scope(&weights);
-            s = load_layer(*layer, reader, load_opt, writer.current(), writer.fd(), transformed_path, nullptr);
+            s = load_layer(*layer, reader, load_opt, writer.current(), source);
         }
         load_us[i] = now_us() - t0;
         if (!s.ok())

@@ -4,10 +4,12 @@
 
 #include <cpu.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
 #include <sstream>
+#include <sys/mman.h>
 #include <unistd.h>
 
 namespace flexnn {
@@ -115,6 +117,7 @@ std::string encode_index(const std::map<int, LayerTransforms>& layers)
             put<int32_t>(out, k.call);
             put<uint64_t>(out, k.end);
             put<uint32_t>(out, k.elemsize);
+            put<uint64_t>(out, k.bytes);
         }
     }
     return out;
@@ -150,10 +153,19 @@ bool decode_index(const std::string& in, uint64_t file_bytes, std::map<int, Laye
             return false;
         t.skipped.resize(skipped);
         for (SkippedLoad& k : t.skipped)
-            if (!get(in, at, k.call) || !get(in, at, k.end) || !get(in, at, k.elemsize))
+            if (!get(in, at, k.call) || !get(in, at, k.end) || !get(in, at, k.elemsize) || !get(in, at, k.bytes))
                 return false;
     }
     return at == in.size();
+}
+
+uint64_t largest_skipped_of(const std::map<int, LayerTransforms>& layers)
+{
+    uint64_t largest = 0;
+    for (const auto& kv : layers)
+        for (const SkippedLoad& k : kv.second.skipped)
+            largest = std::max(largest, k.bytes);
+    return largest;
 }
 
 } // namespace
@@ -273,6 +285,11 @@ const LayerTransforms* TransformedWeightsFile::layer(int layer_index) const
     return it == layers_.end() ? nullptr : &it->second;
 }
 
+uint64_t TransformedWeightsFile::largest_skipped() const
+{
+    return largest_skipped_of(layers_);
+}
+
 void TransformedWeightsFile::drop_cached(int layer_index) const
 {
     if (const LayerTransforms* t = layer(layer_index))
@@ -344,6 +361,11 @@ void TransformedWeightsWriter::set_skipped(std::vector<SkippedLoad> skipped)
     auto it = layers_.find(layer_);
     if (it != layers_.end())
         it->second.skipped = std::move(skipped);
+}
+
+uint64_t TransformedWeightsWriter::largest_skipped() const
+{
+    return largest_skipped_of(layers_);
 }
 
 Status TransformedWeightsWriter::finish()
@@ -439,8 +461,31 @@ Status TransformedWeightsReader::finish() const
     return Status();
 }
 
-SkippingModelBin::SkippingModelBin(WeightReader& reader, const std::vector<SkippedLoad>& skipped)
-    : reader_(reader), raw_(reader), skipped_(skipped)
+ZeroPages::~ZeroPages()
+{
+    if (data_)
+        munmap(data_, size_);
+}
+
+Status ZeroPages::map(uint64_t bytes)
+{
+    bytes = align_up(bytes) + kAlignment;
+    if (bytes <= size_)
+        return Status();
+    if (data_)
+        munmap(data_, size_);
+    data_ = nullptr;
+    size_ = 0;
+    void* p = mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return Status::error("cannot map " + std::to_string(bytes) + " B of zero pages: " + strerror(errno));
+    data_ = p;
+    size_ = bytes;
+    return Status();
+}
+
+SkippingModelBin::SkippingModelBin(WeightReader& reader, const std::vector<SkippedLoad>& skipped, const ZeroPages& zeros)
+    : reader_(reader), raw_(reader), skipped_(skipped), zeros_(zeros)
 {
 }
 
@@ -450,22 +495,22 @@ ncnn::Mat SkippingModelBin::load(int w, int type) const
     if (next_skip_ < skipped_.size() && skipped_[next_skip_].call == call)
     {
         const SkippedLoad& k = skipped_[next_skip_++];
+        if ((uint64_t)w * k.elemsize != k.bytes || k.bytes > zeros_.size())
+            return ncnn::Mat(); // the layer asks for another shape than prepare saw: its load fails
         reader_.skip_to(k.end);
-        ncnn::Mat m;
-        m.create(w, (size_t)k.elemsize); // from the thread's default allocator, like the raw load
-        return m;
+        return ncnn::Mat(w, const_cast<void*>(zeros_.data()), (size_t)k.elemsize);
     }
     return raw_.load(w, type);
 }
 
 Status load_layer(PlannedLayer& layer, WeightReader& reader, const ncnn::Option& opt, const LayerTransforms* transforms,
-                  int fd, const std::string& path, DirectWindow* window)
+                  const TransformedSource& source)
 {
     Status built, filled;
-    if (transforms)
+    if (transforms && source.zeros)
     {
-        SkippingModelBin mb(reader, transforms->skipped);
-        TransformedWeightsReader store(fd, path, *transforms, layer.name, window);
+        SkippingModelBin mb(reader, transforms->skipped, *source.zeros);
+        TransformedWeightsReader store(source.fd, source.path, *transforms, layer.name, source.window);
         built = layer.load(mb, opt, &store);
         filled = store.finish();
     }
@@ -476,6 +521,8 @@ Status load_layer(PlannedLayer& layer, WeightReader& reader, const ncnn::Option&
     }
     if (!reader.error().empty())
         return Status::error("layer " + layer.name + ": " + reader.error());
+    if (!built.ok() && !filled.ok())
+        return Status::error(built.message() + "; " + filled.message());
     return filled.ok() ? built : filled;
 }
 

@@ -33,13 +33,14 @@ struct TransformedMat
 };
 
 // A raw weight (a ModelBin::load call of the layer's load_model) that the layer releases once it has
-// transformed it: with pre-transformed weights it is allocated, so the layer's buffers are the same,
-// but never read from the .bin.
+// transformed it: with pre-transformed weights it is neither read from the .bin nor allocated (its
+// Mat points at ZeroPages).
 struct SkippedLoad
 {
     int call = 0;       // which ModelBin::load call of the layer, from 0
     uint64_t end = 0;   // the .bin position after it
     uint32_t elemsize = 0;
+    uint64_t bytes = 0; // w * elemsize of the load
 };
 
 struct LayerTransforms
@@ -90,6 +91,8 @@ public:
     }
     // tell the kernel the page cache need not keep this layer's transformed bytes
     void drop_cached(int layer_index) const;
+    // the largest skipped raw weight of any layer
+    uint64_t largest_skipped() const;
 
 private:
     std::string path_;
@@ -118,6 +121,8 @@ public:
     // the current layer is built from its raw weights after all: forget its Mats
     void drop_current();
     void set_skipped(std::vector<SkippedLoad> skipped);
+    // the largest skipped raw weight so far
+    uint64_t largest_skipped() const;
     // first write error, if any
     const Status& status() const
     {
@@ -183,27 +188,63 @@ private:
     ncnn::TransformedWeightStore* previous_;
 };
 
-// NCNN's ModelBin over a WeightReader, except that the skipped calls allocate their Mat (from the
-// thread's default allocator) and move past its bytes without reading them.
+// A read-only anonymous mapping: zeros that occupy no memory (no page is ever written). A skipped raw
+// weight's Mat points here, so the layer that releases it unread costs neither I/O nor arena.
+class ZeroPages
+{
+public:
+    ZeroPages() = default;
+    ~ZeroPages();
+    ZeroPages(const ZeroPages&) = delete;
+    ZeroPages& operator=(const ZeroPages&) = delete;
+
+    // at least `bytes` (and a page more: a Mat's channel step may round its size up)
+    Status map(uint64_t bytes);
+    const void* data() const
+    {
+        return data_;
+    }
+    uint64_t size() const
+    {
+        return size_;
+    }
+
+private:
+    void* data_ = nullptr;
+    uint64_t size_ = 0;
+};
+
+// NCNN's ModelBin over a WeightReader, except that the skipped calls return a Mat over `zeros`
+// (no allocation) and move past their bytes without reading them.
 class SkippingModelBin : public ncnn::ModelBin
 {
 public:
-    SkippingModelBin(WeightReader& reader, const std::vector<SkippedLoad>& skipped);
+    SkippingModelBin(WeightReader& reader, const std::vector<SkippedLoad>& skipped, const ZeroPages& zeros);
     ncnn::Mat load(int w, int type) const override;
 
 private:
     WeightReader& reader_;
     const ncnn::ModelBinFromDataReader raw_;
     const std::vector<SkippedLoad>& skipped_;
+    const ZeroPages& zeros_;
     mutable size_t call_ = 0;
     mutable size_t next_skip_ = 0;
 };
 
+// Where layers' pre-transformed weights are read from.
+struct TransformedSource
+{
+    int fd = -1;
+    std::string path;
+    DirectWindow* window = nullptr; // O_DIRECT reads; null: pread
+    const ZeroPages* zeros = nullptr;
+};
+
 // Build `layer` from `reader` (its bytes of the .bin) and, when `transforms` is not null, its
-// transformed weights from the file open as `fd` at `path` (through `window` for O_DIRECT).
-// Read errors name the file and position rather than NCNN's failed step.
+// transformed weights from `source`. Read errors name the file and position rather than NCNN's
+// failed step.
 Status load_layer(PlannedLayer& layer, WeightReader& reader, const ncnn::Option& opt, const LayerTransforms* transforms,
-                  int fd, const std::string& path, DirectWindow* window);
+                  const TransformedSource& source);
 
 } // namespace flexnn
 
