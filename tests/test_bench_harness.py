@@ -1,6 +1,7 @@
 """The benchmark harness on a tiny model: children's JSON lines parsed, ratios to NCNN-Default
-computed, outputs checked against stock NCNN (a wrong output or a crashing child fails the run),
-device results ingested into the same report. No timing is asserted."""
+computed, outputs checked against stock NCNN (a wrong output or a crashing child fails the run; a
+baseline refusing its budget does not), device results ingested into the same report. No timing is
+asserted."""
 
 from __future__ import annotations
 
@@ -26,11 +27,15 @@ FAKE_RUNTIME = textwrap.dedent("""
     from flexnn_ncnn.models import read_description
     from flexnn_ncnn.ncnn_model.stock import run_stock
     p = argparse.ArgumentParser()
-    for a in ("--model", "--budget", "--outputs", "--wrong-at", "--crash-at"):
+    for a in ("--model", "--mode", "--budget", "--outputs", "--wrong-at", "--crash-at", "--infeasible-at"):
         p.add_argument(a, default="")
     args = p.parse_args()
     if args.budget == args.crash_at:
         sys.exit("fake runtime: arena exhausted")  # exit code 1 and a message on stderr
+    if args.budget == args.infeasible_at:
+        print(json.dumps({"config": args.mode, "budget": int(args.budget), "min_feasible_budget": 1500000,
+                          "infeasible": "fake runtime: the smallest feasible budget is 1.5 MB"}))
+        sys.exit(0)
     d = read_description(args.model)
     inputs = model_inputs(d, 0)
     idle = status_bytes("VmRSS")
@@ -45,7 +50,7 @@ FAKE_RUNTIME = textwrap.dedent("""
     if args.budget == args.wrong_at:
         out = {k: v + 1.0 for k, v in out.items()}
     np.savez(args.outputs, **out)
-    print(json.dumps({"config": "flexnn", "latency_ms": [1.0, 2.0, 3.0], "load_ms": 0.5, "rss_idle_bytes": idle,
+    print(json.dumps({"config": args.mode or "flexnn", "latency_ms": [1.0, 2.0, 3.0], "load_ms": 0.5, "rss_idle_bytes": idle,
                       "vm_hwm_bytes": status_bytes("VmHWM"), "hwm_reset": True, "outputs_npz": args.outputs,
                       "counted_bytes": int(args.budget), "load_wait_ms": [0.1, 0.2, 0.3], "plan_ms": 4.0}))
 """)
@@ -114,23 +119,62 @@ def test_wrong_output_and_crashing_child_fail_the_run(tiny_model, fake_runtime, 
     assert "Failures:" in (tmp_path / "RESULTS.md").read_text()
 
 
+def test_a_baseline_refusing_its_budget_is_reported_not_failed(tiny_model, fake_runtime, tmp_path):
+    """SwapNet below its smallest budget is a result, run once: later rounds skip it, and its budgets below the
+    smallest it reported are not run. FlexNN refusing a budget fails."""
+    runtime = ("{python} '" + str(fake_runtime) + "' --model {model} --mode {mode} --budget {budget} --outputs {outputs} "
+               "--infeasible-at 1000000")
+    proc = _bench(tiny_model, tmp_path, runtime, "--modes", "swapnet,flexnn", "--rounds", "2", "--budgets", "1MB,1.2MB,2MB")
+    assert proc.returncode == 1, proc.stderr
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: 2 configuration run(s) failed")  # flexnn@1MB in both rounds
+    assert "flexnn@1MB (round 0): refused its budget: fake runtime: the smallest feasible budget is 1.5 MB" in error
+    assert "swapnet" not in error
+    data = json.loads((tmp_path / "squeezenet.results.json").read_text())
+    by_name = {s["config"]: s for s in data["summaries"]}
+    assert list(by_name) == ["ncnn-default", "swapnet@1MB", "swapnet@1.2MB", "swapnet@2MB", "flexnn@1MB", "flexnn@1.2MB",
+                             "flexnn@2MB"]
+    refused = by_name["swapnet@1MB"]
+    assert refused["ok"] and refused["runs"] == 1 and refused["latency_median_ms"] is None and not refused["errors"]
+    assert refused["infeasible"] == "fake runtime: the smallest feasible budget is 1.5 MB"
+    below = by_name["swapnet@1.2MB"]
+    assert below["ok"] and below["runs"] == 1 and below["latency_median_ms"] is None
+    assert below["infeasible"] == "below 1,500,000 B (1.4 MiB), the smallest budget swapnet@1MB reported"
+    assert [r["config"] for r in data["runs"]].count("swapnet@1.2MB") == 1 and by_name["flexnn@1.2MB"]["runs"] == 2
+    assert by_name["swapnet@2MB"]["ok"] and by_name["swapnet@2MB"]["runs"] == 2 and not by_name["swapnet@2MB"]["infeasible"]
+    assert not by_name["flexnn@1MB"]["ok"] and by_name["flexnn@1MB"]["runs"] == 2
+    md = (tmp_path / "RESULTS.md").read_text()
+    assert "| swapnet@1MB | infeasible |" in md and "| flexnn@1MB | FAILED |" in md and "| swapnet@2MB | yes |" in md
+    assert "- swapnet@1MB: fake runtime: the smallest feasible budget is 1.5 MB" in md
+    rows = {row["config"]: row for row in csv.DictReader((tmp_path / "squeezenet.csv").open())}
+    assert rows["swapnet@1MB"]["infeasible"] == refused["infeasible"] and rows["swapnet@2MB"]["infeasible"] == ""
+    assert "swapnet@1MB              infeasible: fake runtime" in proc.stdout
+
+
 def test_flexnn_runs_alongside_the_baselines_by_default(tiny_model, tmp_path):
-    """The real runtime child (slice -> prepare -> Session) at two budgets, and On-Demand; the harness
-    checks every output against stock NCNN."""
+    """The real runtime child (slice -> prepare -> Session) at two budgets, On-Demand, and SwapNet-style
+    block streaming at the two budgets; the harness checks every output against stock NCNN."""
     proc = run_module("bench", "--model", str(tiny_model), "--baselines", "ncnn-default", "--budgets", "1MB,2MB",
                       "--ablation", "--warmup", "0", "--loops", "2", "--rounds", "1", "-o", str(tmp_path),
                       "--results-md", str(tmp_path / "RESULTS.md"))
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "squeezenet.results.json").read_text())
     by_name = {s["config"]: s for s in data["summaries"]}
-    assert list(by_name) == ["ncnn-default", "flexnn@1MB", "flexnn@2MB", "on-demand", "flexnn-no-preload@1MB",
-                             "flexnn-no-preload@2MB"]
+    assert list(by_name) == ["ncnn-default", "flexnn@1MB", "flexnn@2MB", "on-demand", "swapnet@1MB", "swapnet@2MB",
+                             "flexnn-no-preload@1MB", "flexnn-no-preload@2MB"]
     for name, s in by_name.items():
-        assert s["ok"] and s["max_rel_error"] <= 1e-4, (name, s["errors"])
+        assert s["ok"], (name, s["errors"])
+        if s["infeasible"]:  # SwapNet's smallest budget on this model is about 1.04 MB here: it may refuse 1 MB
+            assert name == "swapnet@1MB" and "the smallest feasible budget is" in s["infeasible"]
+            continue
+        assert s["max_rel_error"] <= 1e-4, name
         if name != "ncnn-default":
             assert 0 < s["counted_bytes"] <= (s["budget"] or s["counted_bytes"]) and "plan_ms" in s["overhead"]
     for name in ("flexnn@1MB", "flexnn@2MB"):
         assert {"slice_ms", "prepare_ms", "plan_ms"} <= set(by_name[name]["overhead"])
+    # SwapNet streams the unsliced model, prepared as On-Demand's: the same activation floor
+    assert {"prepare_ms", "plan_ms"} == set(by_name["swapnet@2MB"]["overhead"])
+    assert by_name["swapnet@2MB"]["activation_floor_bytes"] == by_name["on-demand"]["activation_floor_bytes"]
     # the unsliced model's activation floor (on-demand), beside the smallest budget FlexNN held
     floor = data["activation_floor"]
     assert floor["activation_floor_bytes"] == by_name["on-demand"]["activation_floor_bytes"] > 0
@@ -144,10 +188,10 @@ def test_flexnn_runs_alongside_the_baselines_by_default(tiny_model, tmp_path):
 
 
 def test_unknown_configurations_and_missing_budgets_are_refused(tiny_model, tmp_path):
-    proc = run_module("bench", "--model", str(tiny_model), "--modes", "flexnn", "-o", str(tmp_path))
-    assert_user_error(proc, "FlexNN runs need --budgets")
-    proc = run_module("bench", "--model", str(tiny_model), "--modes", "swapnet", "-o", str(tmp_path))
-    assert_user_error(proc, "unknown configuration 'swapnet'")
+    proc = run_module("bench", "--model", str(tiny_model), "--modes", "flexnn,on-demand,swapnet", "-o", str(tmp_path))
+    assert_user_error(proc, "flexnn, swapnet run at each budget: they need --budgets")
+    proc = run_module("bench", "--model", str(tiny_model), "--modes", "w.o.mem", "--budgets", "1MB", "-o", str(tmp_path))
+    assert_user_error(proc, "unknown configuration 'w.o.mem'")
 
 
 def test_summaries_pool_rounds_and_divide_by_the_default_median():

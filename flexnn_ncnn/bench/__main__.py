@@ -5,10 +5,11 @@ process for --rounds interleaved rounds (NCNN-Default first), checks every outpu
 NCNN, and writes OUT/STEM.results.json, STEM.csv, STEM.png and docs/RESULTS.md. Exit code 1 when
 any configuration crashed or computed a wrong output.
 
-FlexNN at each budget and On-Demand run in the FlexNN runtime (bench/flexnn_child.py: slice, prepare,
-Session), alongside the stock baselines; --ablation adds FlexNN without preloading; --runtime-command
-replaces the runtime's child (see docs/EVALUATION.md). `--ingest DIR` reads JSON lines measured on a
-device (scripts/adb_bench.sh) instead of running anything here.
+FlexNN at each budget, On-Demand and SwapNet-style block streaming at each budget run in the FlexNN
+runtime (bench/flexnn_child.py: slice, prepare, plan, Session), alongside the stock baselines;
+--ablation adds FlexNN without preloading; --runtime-command replaces the runtime's child (see
+docs/EVALUATION.md). A budget below SwapNet's smallest is reported, not failed. `--ingest DIR` reads
+JSON lines measured on a device (scripts/adb_bench.sh) instead of running anything here.
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ def model_description(name: str, models_dir: Path, seed: int, tiny: bool, benchm
 def _print_summaries(result: harness.BenchResult) -> None:
     print(f"{result.model['name']}:")
     for s in result.summaries:
+        if s.infeasible and s.ok:
+            print(f"  {s.config:24} infeasible: {s.infeasible}")
+            continue
         if s.latency_median_ms is None:
             print(f"  {s.config:24} FAILED: {'; '.join(s.errors)}")
             continue
@@ -72,7 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True,
                         help="comma-separated zoo names, bench:NAME, or model .json paths (python -m flexnn_ncnn.models --list)")
-    parser.add_argument("--budgets", type=parse_budgets, default=[], help="comma-separated budgets for FlexNN, e.g. 35MB,50MB,100MB")
+    parser.add_argument("--budgets", type=parse_budgets, default=[],
+                        help=f"comma-separated budgets for {', '.join(configs.BUDGETED)}, e.g. 35MB,50MB,100MB")
     parser.add_argument("--modes", default=None,
                         help=f"runtime configurations ({', '.join(configs.RUNTIME_MODES)}); default: "
                              f"{','.join(configs.DEFAULT_RUNTIME_MODES)}")
@@ -106,12 +111,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     runtime = args.runtime_command or configs.RUNTIME_COMMAND
     if args.modes is not None:
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    else:  # FlexNN at each budget, when budgets are given
+    else:  # the budgeted modes at each budget, when budgets are given
         modes = [m for m in configs.DEFAULT_RUNTIME_MODES if m not in configs.BUDGETED or args.budgets]
     if args.ablation:
         modes += [m for m in configs.ABLATIONS if m not in modes]
-    if any(m in configs.BUDGETED for m in modes) and not args.budgets:
-        raise UserError("FlexNN runs need --budgets, e.g. --budgets 35MB,50MB,100MB")
+    budgeted = [m for m in modes if m in configs.BUDGETED]
+    if budgeted and not args.budgets:
+        raise UserError(f"{', '.join(budgeted)} run at each budget: they need --budgets, e.g. --budgets 35MB,50MB,100MB")
     baselines = None if args.baselines is None else [b.strip() for b in args.baselines.split(",") if b.strip()]
     for b in args.budgets:
         print(f"budget {format_size(b)}")

@@ -1,12 +1,12 @@
 """What the benchmark runs: each configuration is one child process printing one JSON line.
 
 Stock baselines (paper §5.1) run in bench/measure.py with the `ncnn` wheel. Everything the FlexNN
-runtime runs (FlexNN at a budget, the preloading ablation, On-Demand) plugs in HERE, through one
-command template (RUNTIME_COMMAND below, bench/flexnn_child.py; `--runtime-command` replaces it):
-the template's tokens are formatted with the fields of `runtime_fields`, and the command must print
-the JSON line bench/measure.py documents. Not run, because the runtime has no such mode yet: the
-ablations w.o.mem / w.o.both (NCNN's own allocator instead of the arena) and SwapNet-style block
-streaming.
+runtime runs (FlexNN at a budget, the preloading ablation, On-Demand, SwapNet-style block streaming)
+plugs in HERE, through one command template (RUNTIME_COMMAND below, bench/flexnn_child.py;
+`--runtime-command` replaces it): the template's tokens are formatted with the fields of
+`runtime_fields`, and the command must print the JSON line bench/measure.py documents. Not run,
+because the runtime has no such mode yet: the ablations w.o.mem / w.o.both (NCNN's own allocator
+instead of the arena).
 """
 
 from __future__ import annotations
@@ -39,14 +39,19 @@ RUNTIME_MODES = {
     "flexnn": "FlexNN under the budget",
     "flexnn-no-preload": "ablation w.o.preload: the same plan, each layer's load waiting for the previous computation",
     "on-demand": "On-Demand: load a layer's weights just before it runs, release after, no overlap",
+    "swapnet": "SwapNet-style block streaming (bench/swapnet.py): blocks of whole layers, two resident, the next "
+               "loading while the current one computes",
 }
-BUDGETED = ("flexnn", "flexnn-no-preload")
+BUDGETED = ("flexnn", "flexnn-no-preload", "swapnet")
 # modes whose child runs the model as given, not sliced: the activation floor they report is the model's
-UNSLICED = ("on-demand",)
+UNSLICED = ("on-demand", "swapnet")
+# baselines with a smallest budget of their own: a child reporting its budget infeasible is a result
+# (nothing to measure there), not a failure; for every other mode it is a failure
+MAY_BE_INFEASIBLE = ("swapnet",)
 ABLATIONS = ("flexnn-no-preload",)
-DEFAULT_RUNTIME_MODES = ("flexnn", "on-demand")
+DEFAULT_RUNTIME_MODES = ("flexnn", "on-demand", "swapnet")
 
-# The runtime's child (bench/flexnn_child.py): slice -> prepare -> Session at the budget.
+# The runtime's child (bench/flexnn_child.py): slice (flexnn) -> prepare -> plan -> Session at the budget.
 RUNTIME_COMMAND = (
     "{python} -m flexnn_ncnn.bench.flexnn_child --model {model} --mode {mode} --budget {budget} --threads {threads} "
     "--warmup {warmup} --loops {loops} --seed {seed} --fp16 {fp16} --cpus {cpus} --outputs {outputs}")

@@ -11,13 +11,17 @@ through the real pipeline in separate processes, so this process's memory is the
   waiting for the previous layer's computation (no loading overlaps computing).
 - `on-demand`: the unsliced model, planned at its smallest feasible budget, loads not overlapping
   computation: each layer's weights loaded just before it runs and released after.
+- `swapnet` (budget B): the unsliced model prepared as for `on-demand`, then SwapNet-style block
+  streaming (bench/swapnet.py) planned for B into a copy of the sidecar and run like `flexnn`. A
+  budget below the smallest this layout accepts is a result, not a failure: the JSON line then
+  holds `infeasible` (the message naming that smallest budget) and no measurement.
 
 `activation_floor_bytes` is that of the profile the session ran (bench/floor.py): the model's own for
-`on-demand`, the sliced model's for the budgeted modes.
+`on-demand` and `swapnet`, the sliced model's for `flexnn` and `flexnn-no-preload`.
 
 Reported overheads: `slice_ms` and `prepare_ms` are wall times of those CLI processes (interpreter
 start-up included; slicing includes its own prepare and planning attempts); `plan_ms` is the
-planner's time for the budget on the stored profile.
+planner's time for the budget on the stored profile (for `swapnet`, the block-streaming builder's).
 """
 
 from __future__ import annotations
@@ -37,20 +41,21 @@ import numpy as np
 
 from .. import planning, sidecar
 from ..cli import UserError, run_main, setup_logging
-from . import pagecache
+from . import pagecache, swapnet
+from .configs import BUDGETED, MAY_BE_INFEASIBLE, RUNTIME_MODES, UNSLICED
 from .floor import activation_floor
 from .measure import add_run_args, apply_run_args, model_inputs, reset_peak_rss, status_bytes
 
 log = logging.getLogger(__name__)
 
-MODES = ("flexnn", "flexnn-no-preload", "on-demand")
-BUDGETED = ("flexnn", "flexnn-no-preload")
+MODES = tuple(RUNTIME_MODES)
+OVERLAPPED = ("flexnn", "swapnet")  # loading overlaps computing; the other modes load each layer after the previous computed
 
 
 @dataclass(frozen=True)
 class Prepared:
     sidecar_path: Path
-    slice_ms: float | None  # None: not sliced (on-demand)
+    slice_ms: float | None  # None: not sliced (UNSLICED modes)
     prepare_ms: float | None  # None: slice's own prepare made the sidecar
 
 
@@ -68,13 +73,14 @@ def _cli_error(verb: str, proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def prepare_for(description: dict[str, Any], mode: str, budget: int | None, threads: int, fp16: bool, workdir: Path) -> Prepared:
-    """Slice (budgeted modes) and prepare the model in `workdir`: the sidecar the session runs."""
+    """Slice (the sliced modes) and prepare the model in `workdir`: the sidecar the session runs (for
+    `swapnet`, the one its plan is made from)."""
     param, bin_path = Path(description["param"]), Path(description["bin"])
     if len(description["inputs"]) != 1:
         raise UserError(f"{param}: the runtime child takes models with one input, this one has {len(description['inputs'])}")
     shape = "1," + ",".join(map(str, description["inputs"][0]["shape"]))  # torch NCHW with a batch of 1
     prepare_args = ["--shape", shape, "--threads", str(threads)] + ([] if fp16 else ["--no-fp16"])
-    if mode not in BUDGETED:
+    if mode in UNSLICED:
         out = workdir / f"{param.stem}{sidecar.SUFFIX}"
         ms, proc = _run_cli("prepare", str(param), "--bin", str(bin_path), "--budget", "min", "-o", str(out), *prepare_args)
         if proc.returncode != 0:
@@ -95,6 +101,24 @@ def prepare_for(description: dict[str, Any], mode: str, budget: int | None, thre
     return Prepared(out, slice_ms, prepare_ms)
 
 
+def plan_for(mode: str, budget: int | None, prepared: Path) -> tuple[Path, sidecar.Sidecar, float]:
+    """The sidecar the session runs, its content, and the planning time in ms: prepare's sidecar, its
+    plan made again only to time the planner; for `swapnet`, a copy beside it holding the block-streaming
+    plan for `budget`. Raises InfeasibleBudget when that layout does not fit the budget."""
+    content = sidecar.load(prepared)
+    start = time.perf_counter()
+    if mode != "swapnet":
+        planning.plan_for_budget(content.profile, content.plan.budget)
+        return prepared, content, (time.perf_counter() - start) * 1e3
+    assert budget is not None
+    plan = swapnet.swapnet_plan(content.profile, budget)
+    plan_ms = (time.perf_counter() - start) * 1e3
+    content = sidecar.with_plans(content, plan, ())
+    path = prepared.with_name(prepared.name.removesuffix(sidecar.SUFFIX) + f".swapnet{sidecar.SUFFIX}")
+    sidecar.save(content, path)  # in prepare's folder: its relative model file names hold
+    return path, content, plan_ms
+
+
 def measure(description: dict[str, Any], mode: str, budget: int | None, threads: int, warmup: int, loops: int, seed: int,
             fp16: bool, outputs_npz: Path) -> dict[str, Any]:
     from ..session import Session  # the native module: imported before the idle RSS is read
@@ -102,18 +126,23 @@ def measure(description: dict[str, Any], mode: str, budget: int | None, threads:
     inputs = model_inputs(description, seed)
     with tempfile.TemporaryDirectory(prefix="flexnn-child-", dir=outputs_npz.parent) as tmp:
         prepared = prepare_for(description, mode, budget, threads, fp16, Path(tmp))
-        content = sidecar.load(prepared.sidecar_path)
-        start = time.perf_counter()
-        planning.plan_for_budget(content.profile, content.plan.budget)
-        plan_ms = (time.perf_counter() - start) * 1e3
+        try:
+            sidecar_path, content, plan_ms = plan_for(mode, budget, prepared.sidecar_path)
+        except planning.InfeasibleBudget as e:
+            if mode not in MAY_BE_INFEASIBLE:
+                raise
+            # nothing to measure: the harness reports this baseline as infeasible at the budget
+            return {"config": mode, "budget": budget, "infeasible": str(e), "min_feasible_budget": e.min_feasible_budget}
         # slicing and prepare read the model and wrote the sliced one (offline steps): start cold
-        for weights in (Path(description["bin"]), content.model_files(prepared.sidecar_path)[1]):
+        for weights in (Path(description["bin"]), content.model_files(sidecar_path)[1]):
             pagecache.evict(weights)
         rss_idle = status_bytes("VmRSS")
         hwm_reset = reset_peak_rss()
         start = time.perf_counter()
-        session = Session(prepared.sidecar_path, threads=threads, overlap_loading=mode == "flexnn")
+        session = Session(sidecar_path, threads=threads, overlap_loading=mode in OVERLAPPED)
         load_ms = (time.perf_counter() - start) * 1e3
+        if session.plan != content.plan:
+            raise UserError(f"the session re-planned instead of running the sidecar's {content.plan.algorithm} plan")
         outputs: dict[str, np.ndarray] = {}
         for _ in range(warmup):
             outputs = session.run(inputs)
@@ -139,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.bench.flexnn_child", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="the model's .json (python -m flexnn_ncnn.models)")
     parser.add_argument("--mode", choices=MODES, default="flexnn", help="which runtime configuration (default flexnn)")
-    parser.add_argument("--budget", default="", help="bytes, for flexnn and flexnn-no-preload (empty for on-demand)")
+    parser.add_argument("--budget", default="", help=f"bytes, for {', '.join(BUDGETED)} (empty for the others)")
     parser.add_argument("--fp16", choices=("0", "1"), default="0", help="1: NCNN's fp16 storage/arithmetic where the CPU has it")
     add_run_args(parser)
     args = parser.parse_args(argv)

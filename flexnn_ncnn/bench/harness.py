@@ -4,7 +4,10 @@ memory sampled from outside, every output checked against stock NCNN.
 Invariants: NCNN-Default runs first in every round, so each ratio compares samples from the same
 rounds; the weight file is evicted from the page cache before each child, so every child starts
 cold; a child that crashes, prints no JSON line, or returns outputs off the oracle by more than the
-tolerance is a failure, and the run as a whole fails.
+tolerance is a failure, and the run as a whole fails. A baseline with a smallest budget of its own
+(configs.MAY_BE_INFEASIBLE) may instead report its budget infeasible: nothing is measured there and
+it is not a failure. That smallest budget depends on the model's sizes, not on timings, so later
+rounds skip the configuration, and the family's budgets below the smallest it reported are not run.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ import numpy as np
 from tqdm import tqdm
 
 from ..ncnn_model.stock import run_stock
+from ..units import format_size
 from . import pagecache
-from .configs import REFERENCE, UNSLICED, ChildSettings, Configuration, child_command
+from .configs import MAY_BE_INFEASIBLE, REFERENCE, UNSLICED, ChildSettings, Configuration, child_command
 from .device import to_record
 from .measure import model_inputs, status_bytes
 
@@ -55,6 +59,7 @@ class ChildRun:
     weight_files: list[str] = field(default_factory=list)  # whose page cache was counted
     max_rel_error: float | None = None
     load_average: float | None = None          # the machine's 1-minute load when the child started
+    infeasible: str = ""                       # the child's message when its budget is below what it accepts
     error: str = ""
 
     @property
@@ -86,6 +91,7 @@ class Summary:
     load_wait_median_ms: float | None = None
     max_rel_error: float | None = None
     activation_floor_bytes: int | None = None        # of the profile the child ran (bench/floor.py), if it reports one
+    infeasible: str = ""                             # the budget is below what this baseline accepts: nothing measured
     overhead: dict[str, float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
@@ -212,7 +218,8 @@ def relative_error(ref: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> fl
 
 
 def _parse_record(stdout: str) -> dict[str, Any]:
-    """The child's last stdout line, which must be a JSON object with every required field."""
+    """The child's last stdout line, which must be a JSON object with every required field, or one
+    whose `infeasible` says why the budget is refused."""
     lines = [line for line in stdout.splitlines() if line.strip()]
     if not lines:
         raise ValueError("printed no JSON line")
@@ -220,6 +227,8 @@ def _parse_record(stdout: str) -> dict[str, Any]:
         record = json.loads(lines[-1])
     except ValueError:
         raise ValueError(f"last line is not JSON: {lines[-1][:200]!r}") from None
+    if isinstance(record, dict) and isinstance(record.get("infeasible"), str):
+        return record
     missing = [k for k in REQUIRED_FIELDS if not isinstance(record, dict) or k not in record]
     if missing:
         raise ValueError(f"JSON line lacks {', '.join(missing)}")
@@ -260,6 +269,12 @@ def run_child(config: Configuration, settings: ChildSettings, description: dict[
     except ValueError as e:
         run.error = str(e)
         return run
+    if isinstance(run.record.get("infeasible"), str):
+        if config.family in MAY_BE_INFEASIBLE:
+            run.infeasible = run.record["infeasible"]
+        else:
+            run.error = f"refused its budget: {run.record['infeasible']}"
+        return run
     check_outputs(run, oracle, tolerance)
     return run
 
@@ -293,8 +308,9 @@ def summarise(runs: list[ChildRun], configs: list[Configuration]) -> list[Summar
     summaries = []
     for config in configs:
         mine = [r for r in runs if r.config == config.name]
-        good = [r for r in mine if r.ok and r.record]
-        s = Summary(config.name, config.family, config.budget, ok=bool(mine) and len(good) == len(mine), runs=len(mine),
+        good = [r for r in mine if r.ok and r.record and not r.infeasible]
+        s = Summary(config.name, config.family, config.budget, ok=bool(mine) and all(r.ok for r in mine),
+                    runs=len(mine), infeasible=next((r.infeasible for r in mine if r.infeasible), ""),
                     errors=[f"round {r.round}: {r.error}" for r in mine if not r.ok])
         if good:
             latencies = [v for r in good for v in r.record["latency_ms"]]
@@ -366,14 +382,27 @@ def run_benchmark(description: dict[str, Any], configs: list[Configuration], set
     tolerance = FP16_TOLERANCE if settings.fp16 else FP32_TOLERANCE
     oracle = oracle_outputs(description, settings.seed)
     runs: list[ChildRun] = []
+    smallest: dict[str, tuple[int, str]] = {}  # family -> the smallest budget one of its children reported, and which
     with tempfile.TemporaryDirectory(prefix="flexnn-bench-") as tmp:
         out = workdir or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
         steps = [(r, c) for r in range(rounds) for c in configs]
         for round_, config in tqdm(steps, desc=f"bench {description['name']}", unit="run", disable=len(steps) < 2):
+            if any(r.infeasible for r in runs if r.config == config.name):
+                continue
+            known = smallest.get(config.family)
+            if known and config.budget is not None and config.budget < known[0]:
+                runs.append(ChildRun(config.name, config.family, config.budget, round_, 0,
+                                     infeasible=f"below {format_size(known[0])}, the smallest budget {known[1]} reported"))
+                continue
             run = run_child(config, settings, description, oracle, tolerance, out, round_, runtime_command, sample_seconds)
+            reported = run.record.get("min_feasible_budget") if run.infeasible and run.record else None
+            if isinstance(reported, int) and reported > 0:
+                smallest[config.family] = (reported, run.config)
             if not run.ok:
                 log.error("%s (round %d) failed: %s", run.config, round_, run.error)
+            elif run.infeasible:
+                log.info("%s: %s", run.config, run.infeasible)
             runs.append(run)
     settings_json = {**asdict(settings), "model_json": str(settings.model_json), "rounds": rounds,
                      "tolerance": tolerance, "sample_seconds": sample_seconds}

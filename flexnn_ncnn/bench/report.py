@@ -30,7 +30,7 @@ RESULTS_SUFFIX = ".results.json"
 CSV_COLUMNS = ("config", "family", "budget", "ok", "runs", "latency_median_ms", "latency_p10_ms", "latency_p90_ms",
                "latency_min_ms", "latency_max_ms", "ratio_to_default", "load_ms", "peak_over_idle_bytes",
                "sampled_over_idle_bytes", "hwm_reset", "page_cache_peak_bytes", "counted_bytes", "load_wait_median_ms",
-               "max_rel_error", "activation_floor_bytes", "budget_over_floor")
+               "max_rel_error", "activation_floor_bytes", "budget_over_floor", "infeasible")
 
 
 def machine_description() -> dict[str, str]:
@@ -146,7 +146,8 @@ def _model_section(data: dict[str, Any], outdir: Path, md_dir: Path) -> list[str
         spread = "-" if s["latency_p10_ms"] is None else f"{_ms(s['latency_median_ms'])} ({_ms(s['latency_p10_ms'])}-{_ms(s['latency_p90_ms'])})"
         ratio = "-" if s["ratio_to_default"] is None else f"{s['ratio_to_default']:.3f}"
         err = "-" if s["max_rel_error"] is None else f"{s['max_rel_error']:.1e}"
-        lines.append(f"| {s['config']} | {'yes' if s['ok'] else 'FAILED'} | {spread} | {ratio} | {_mb(s['peak_over_idle_bytes'])} "
+        ok = "FAILED" if not s["ok"] else "infeasible" if s.get("infeasible") else "yes"  # older results lack `infeasible`
+        lines.append(f"| {s['config']} | {ok} | {spread} | {ratio} | {_mb(s['peak_over_idle_bytes'])} "
                      f"| {_mb(s['sampled_over_idle_bytes'])} | {_mb(s['page_cache_peak_bytes'])} | {_mb(s['counted_bytes'])} "
                      f"| {_ms(s['load_ms'])} | {err} |")
     with_overhead = [s for s in data["summaries"] if s.get("overhead")]
@@ -154,6 +155,9 @@ def _model_section(data: dict[str, Any], outdir: Path, md_dir: Path) -> list[str
         lines += ["", "| configuration | " + " | ".join(OVERHEAD_FIELDS) + " |", "|---|" + "---|" * len(OVERHEAD_FIELDS)]
         lines += [f"| {s['config']} | " + " | ".join(f"{s['overhead'][k]:g}" if k in s["overhead"] else "-" for k in OVERHEAD_FIELDS)
                   + " |" for s in with_overhead]
+    infeasible = [f"{s['config']}: {s['infeasible']}" for s in data["summaries"] if s.get("infeasible")]
+    if infeasible:
+        lines += ["", "Not run (the budget is below what the baseline accepts):", ""] + [f"- {x}" for x in infeasible]
     failures = [e for s in data["summaries"] for e in (f"{s['config']}: {x}" for x in s["errors"])]
     if failures:
         lines += ["", "Failures:", ""] + [f"- {f}" for f in failures]
