@@ -172,8 +172,9 @@ def test_flexnn_runs_alongside_the_baselines_by_default(tiny_model, tmp_path):
             assert 0 < s["counted_bytes"] <= (s["budget"] or s["counted_bytes"]) and "plan_ms" in s["overhead"]
     for name in ("flexnn@1MB", "flexnn@2MB"):
         assert {"slice_ms", "prepare_ms", "plan_ms"} <= set(by_name[name]["overhead"])
+        assert by_name[name]["overhead"]["transformed_weight_bytes"] > 0  # prepare wrote MODEL.transformed
     # SwapNet streams the unsliced model, prepared as On-Demand's: the same activation floor
-    assert {"prepare_ms", "plan_ms"} == set(by_name["swapnet@2MB"]["overhead"])
+    assert {"prepare_ms", "plan_ms", "transformed_weight_bytes"} == set(by_name["swapnet@2MB"]["overhead"])
     assert by_name["swapnet@2MB"]["activation_floor_bytes"] == by_name["on-demand"]["activation_floor_bytes"]
     # the unsliced model's activation floor (on-demand), beside the smallest budget FlexNN held
     floor = data["activation_floor"]

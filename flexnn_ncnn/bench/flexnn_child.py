@@ -21,7 +21,8 @@ through the real pipeline in separate processes, so this process's memory is the
 
 Reported overheads: `slice_ms` and `prepare_ms` are wall times of those CLI processes (interpreter
 start-up included; slicing includes its own prepare and planning attempts); `plan_ms` is the
-planner's time for the budget on the stored profile (for `swapnet`, the block-streaming builder's).
+planner's time for the budget on the stored profile (for `swapnet`, the block-streaming builder's);
+`transformed_weight_bytes` the size of the pre-transformed weights prepare wrote (MODEL.transformed).
 """
 
 from __future__ import annotations
@@ -133,8 +134,11 @@ def measure(description: dict[str, Any], mode: str, budget: int | None, threads:
                 raise
             # nothing to measure: the harness reports this baseline as infeasible at the budget
             return {"config": mode, "budget": budget, "infeasible": str(e), "min_feasible_budget": e.min_feasible_budget}
-        # slicing and prepare read the model and wrote the sliced one (offline steps): start cold
-        for weights in (Path(description["bin"]), content.model_files(sidecar_path)[1]):
+        # slicing and prepare read the model and wrote the sliced one and its transformed weights
+        # (offline steps): start cold
+        transformed = content.transformed_file(sidecar_path)
+        transformed_bytes = transformed.stat().st_size if transformed else 0
+        for weights in (Path(description["bin"]), content.model_files(sidecar_path)[1], *([transformed] if transformed else [])):
             pagecache.evict(weights)
         rss_idle = status_bytes("VmRSS")
         hwm_reset = reset_peak_rss()
@@ -156,7 +160,8 @@ def measure(description: dict[str, Any], mode: str, budget: int | None, threads:
               "rss_idle_bytes": rss_idle, "vm_hwm_bytes": vm_hwm, "hwm_reset": hwm_reset, "outputs_npz": str(outputs_npz),
               "counted_bytes": stats["counted_bytes"], "arena_bytes": stats["arena_bytes"],
               "load_wait_ms": [us / 1e3 for us in stats["load_wait_us"][timed]],
-              "budget": content.plan.budget, "plan_ms": plan_ms, "activation_floor_bytes": activation_floor(content.profile)}
+              "budget": content.plan.budget, "plan_ms": plan_ms, "activation_floor_bytes": activation_floor(content.profile),
+              "transformed_weight_bytes": transformed_bytes}
     for key, value in (("slice_ms", prepared.slice_ms), ("prepare_ms", prepared.prepare_ms)):
         if value is not None:
             record[key] = value

@@ -151,8 +151,8 @@ class BenchResult:
 class _Sampler(threading.Thread):
     """Polls a child's VmRSS every `interval`, and the page cache of the weight files less often, so
     that sampling costs at most ~1/CACHE_COST_RATIO of a core (mincore on 100 MB takes ~2 ms); keeps
-    the maxima. Weight files: the model's .bin, and any .bin the child holds open (a runtime child
-    streams from its sliced model)."""
+    the maxima. Weight files: the model's .bin, and any .bin or .transformed the child holds open (a
+    runtime child streams from its sliced model and its pre-transformed weights)."""
 
     CACHE_MIN_INTERVAL = 0.1
     CACHE_COST_RATIO = 50
@@ -174,7 +174,7 @@ class _Sampler(threading.Thread):
                 target = os.readlink(f"/proc/{self.pid}/fd/{fd}")
             except OSError:
                 continue
-            if target.endswith(".bin"):
+            if target.endswith((".bin", ".transformed")):
                 self.weight_files.add(Path(target))
 
     def _sample_cache(self) -> float:
