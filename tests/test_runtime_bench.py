@@ -5,6 +5,7 @@ tightest feasible one."""
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -15,7 +16,8 @@ import pytest
 
 from helpers import built
 from helpers import stock_output
-from test_runtime import WRITERS, ModelCase, assert_close, budgets_for, prepared, write_residual
+from model_helpers import random_input
+from test_runtime import WRITERS, ZOO, ModelCase, assert_close, budgets_for, prepared, write_residual
 
 QEMU = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "-cpu", "cortex-a72"]  # no fp16 arithmetic: fp32 like the oracle
 
@@ -133,3 +135,23 @@ def test_fp16_arithmetic_under_qemu_equals_ncnn_stock_there(tmp_path: Path) -> N
     _, ref = bench(qemu_fp16, "linux-aarch64", tmp_path, "mode=stock")
     assert_close(out, ref)
     assert report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_pnnx_exports_under_qemu_aarch64_equal_ncnn_stock_there(name: str, zoo_exports, tmp_path: Path) -> None:
+    """The cross-built flexnn-bench on the VGG-, ResNet-, MLP- and ViT-style pnnx exports (fp16 and fp32
+    weight storage): prepared (pre-transformed weights included) and run at the tightest budget under
+    qemu (cortex-a72), equal to NCNN's own Net there."""
+    model = zoo_exports[name]
+
+    def writer(folder: Path) -> tuple[Path, Path, np.ndarray]:
+        param, bin_ = folder / model.param.name, folder / model.bin.name
+        shutil.copyfile(model.param, param)
+        shutil.copyfile(model.bin, bin_)
+        return param, bin_, random_input(model.input_shape)
+
+    blobs = ("input=in0", "output=out0")
+    report, out = bench(QEMU, "linux-aarch64", tmp_path, "budget=min", *blobs, writer=writer)
+    assert report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
+    _, ref = bench(QEMU, "linux-aarch64", tmp_path, "mode=stock", *blobs, writer=writer)
+    assert_close(out, ref)
