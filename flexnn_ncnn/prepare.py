@@ -3,10 +3,10 @@
     python -m flexnn_ncnn.prepare MODEL.param --budget 100MB [--bin MODEL.bin] [--shape 1,3,224,224]
                                   [--threads N] [--no-pretransform] [-o MODEL.flexnn.plan.json]
 
-Prepare writes MODEL.transformed beside the .param: the weights each layer derives when NCNN builds
-it (Winograd, packed, GEMM-tiled; ncnn_patches/0003), so that every load at run time reads them
-instead of transforming again (checked: the model computes the same outputs both ways). It then
-loads every layer once from them (recording its bytes in the .bin, its flags and its load time) and
+Prepare writes MODEL.flexnn.transformed beside the sidecar (X.transformed for a sidecar X.json): the
+weights each layer derives when NCNN builds it (Winograd, packed, GEMM-tiled; ncnn_patches/0003), so
+that every load at run time reads them instead of transforming again (checked: the model computes
+the same outputs both ways). It then loads every layer once from them (recording its bytes in the .bin, its flags and its load time) and
 runs one sequential inference recording every buffer (step, role, ordinal, size, last use) and each
 layer's compute time: the planner's profile. The sidecar (flexnn_ncnn/sidecar.py,
 docs/PLAN_FORMAT.md) holds the profile, the schedule the runtime needs (execution order, byte
@@ -46,12 +46,20 @@ class RuntimeOptions:
     winograd: bool = True
     sgemm: bool = True
     fp16: bool = True  # NCNN's default: fp16 storage/arithmetic where the CPU has it
-    pretransform: bool = True  # load layers' transformed weights from MODEL.transformed, not from raw ones
+    pretransform: bool = True  # load layers' transformed weights from the file prepare writes, not from raw ones
 
 
 def transformed_path(param: Path) -> Path:
-    """Where prepare writes `param`'s pre-transformed weights: MODEL.transformed beside MODEL.param."""
+    """Where prepare_model writes `param`'s pre-transformed weights by default: MODEL.transformed beside
+    MODEL.param."""
     return param.with_name(param.name.removesuffix(".param") + ".transformed")
+
+
+def transformed_path_for(plan_path: Path) -> Path:
+    """The pre-transformed weights that belong to the sidecar `plan_path` (X.plan.json or X.json ->
+    X.transformed): each sidecar its own, so preparing the model again for another sidecar (other
+    threads, fp16) never replaces the file an earlier one was recorded with."""
+    return plan_path.with_name(plan_path.name.removesuffix(".json").removesuffix(".plan") + ".transformed")
 
 
 def _slicing_decisions(param: Path) -> dict[str, Any]:
@@ -66,10 +74,11 @@ def _slicing_decisions(param: Path) -> dict[str, Any]:
 
 
 def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes: dict[str, tuple[int, ...]] | None = None,
-                  options: RuntimeOptions = RuntimeOptions(), seed: int = 0) -> sidecar.Sidecar:
+                  options: RuntimeOptions = RuntimeOptions(), seed: int = 0, transformed: Path | None = None) -> sidecar.Sidecar:
     """Prepare `param`/`bin_path` here and plan it for `budget` bytes (None: the smallest feasible
     budget): the sidecar (model paths absolute until `write_plan_file` makes them relative to where
-    it is written)."""
+    it is written). With options.pretransform, the pre-transformed weights go to `transformed`
+    (default: transformed_path(param))."""
     graph = Graph.build(read_param(param))
     shapes = input_shapes or {name: s.numpy() for name, s in declared_input_shapes(read_param(param), graph).items()}
     missing = [name for name in graph.inputs if name not in shapes]
@@ -78,7 +87,7 @@ def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes:
     rng = np.random.default_rng(seed)
     inputs = {name: rng.standard_normal(shapes[name]).astype(np.float32) for name in graph.inputs}
     module = native.load()
-    transformed = transformed_path(param) if options.pretransform else None
+    transformed = (transformed or transformed_path(param)) if options.pretransform else None
     # written beside its final name, moved there once finished: a failed prepare leaves the old file
     scratch = transformed.with_name(f".{transformed.name}.{os.getpid()}.tmp") if transformed else None
     try:
@@ -134,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-fp16", action="store_true",
                         help="fp32 storage and arithmetic (NCNN's fp16/bf16 off; default: NCNN's, fp16 where the CPU has it)")
     parser.add_argument("--no-pretransform", action="store_true",
-                        help="write no MODEL.transformed: every load transforms the layer's raw weights again (slower)")
+                        help="write no pre-transformed weights: every load transforms the layer's raw weights again (slower)")
     parser.add_argument("-o", "--output", type=Path, help="plan sidecar (default: MODEL.flexnn.plan.json beside the .param)")
     add_logging_args(parser)
     args = parser.parse_args(argv)
@@ -153,9 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         shapes = {graph.inputs[0]: parse_input_shape(args.shape).numpy()}
     if args.threads < 1:
         raise UserError("--threads must be at least 1")
-    content = prepare_model(args.param, bin_path, budget, shapes, RuntimeOptions(threads=args.threads, fp16=not args.no_fp16,
-                                                                                  pretransform=not args.no_pretransform))
     out = args.output or args.param.with_name(args.param.name.removesuffix(".param").removesuffix(".flexnn") + sidecar.SUFFIX)
+    options = RuntimeOptions(threads=args.threads, fp16=not args.no_fp16, pretransform=not args.no_pretransform)
+    content = prepare_model(args.param, bin_path, budget, shapes, options, transformed=transformed_path_for(out))
     write_plan_file(content, out)
     print(f"budget {format_size(content.plan.budget)}: arena {format_size(content.plan.arena_bytes + planning.ARENA_MARGIN)}, plan {out}")
     return 0

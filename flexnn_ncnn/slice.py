@@ -23,7 +23,7 @@ from .analysis import LayerAnalysis, analyze
 from .cli import UserError, add_logging_args, run_main, setup_logging
 from .ncnn_model import (BlobShape, Graph, declared_input_shapes, infer_shapes, parse_input_shape, read_bin,
                          read_param)
-from .prepare import RuntimeOptions, prepare_model, write_plan_file
+from .prepare import RuntimeOptions, prepare_model, transformed_path_for, write_plan_file
 from .slicing import TARGETS, SlicingResult, slice_model, target_for
 from .slicing.fit import fit_to_budget
 from .slicing.slicer import write_sliced
@@ -137,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"prepare and plan on the {target.name} device: its profile decides the plan")
         return 0
     # prepared again from the final files, so the plan names them (the fit's attempts were scratch)
-    content = prepare_model(out_param, out_bin, budget, {n: tuple(shapes[n].numpy()) for n in graph.inputs}, options)
+    content = prepare_model(out_param, out_bin, budget, {n: tuple(shapes[n].numpy()) for n in graph.inputs}, options,
+                            transformed=transformed_path_for(outputs[3]))
     write_plan_file(content, outputs[3])
     plan = content.plan
     transformed = f"{content.model.transformed} and " if content.model.transformed else ""

@@ -20,7 +20,7 @@ from flexnn_ncnn import Session, native, planning, sidecar
 from flexnn_ncnn.cli import UserError
 from flexnn_ncnn.planning import ARENA_MARGIN
 from flexnn_ncnn.prepare import RuntimeOptions, prepare_model, transformed_path, write_plan_file
-from helpers import stock_output
+from helpers import run_module, stock_output
 from test_runtime import RTOL, WRITERS, assert_close
 from test_runtime_bench import QEMU, bench
 
@@ -199,3 +199,17 @@ def test_pretransformed_layers_under_qemu_aarch64_equal_ncnn_stock_there(name: s
     assert report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
     _, ref = bench(runner, "linux-aarch64", tmp_path, "mode=stock", "threads=2", writer=writer)
     assert_close(out, ref)
+
+
+def test_each_sidecar_keeps_its_own_transformed_weights(tmp_path: Path) -> None:
+    """Preparing the model again for another sidecar (another thread count) writes another file: the
+    first sidecar still opens and runs."""
+    w = write_kernels(tmp_path)
+    ref = stock_output(w.param, w.bin, w.x)
+    plans = [tmp_path / f"t{threads}.json" for threads in (1, 2)]
+    for threads, plan in zip((1, 2), plans):
+        proc = run_module("prepare", str(w.param), "--budget", "min", "--threads", str(threads), "-o", str(plan))
+        assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.transformed")) == ["t1.transformed", "t2.transformed"]
+    for threads, plan in zip((1, 2), plans):
+        assert_close(Session(plan, threads=threads).run({"data": w.x})["output"], ref)

@@ -22,7 +22,7 @@ through the real pipeline in separate processes, so this process's memory is the
 Reported overheads: `slice_ms` and `prepare_ms` are wall times of those CLI processes (interpreter
 start-up included; slicing includes its own prepare and planning attempts); `plan_ms` is the
 planner's time for the budget on the stored profile (for `swapnet`, the block-streaming builder's);
-`transformed_weight_bytes` the size of the pre-transformed weights prepare wrote (MODEL.transformed).
+`transformed_weight_bytes` the size of the pre-transformed weights prepare wrote beside the sidecar.
 """
 
 from __future__ import annotations
