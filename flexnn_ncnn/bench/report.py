@@ -95,14 +95,16 @@ def plot(result: dict[str, Any], path: Path) -> bool:
         return False
     ok = [s for s in result["summaries"] if s["latency_median_ms"] is not None]
     fig, ax = plt.subplots(figsize=(6, 4))
+    colors = iter(plt.get_cmap("tab10").colors)  # one per point or curve: baselines and curves never share one
     for s in ok:
         if s["family"] not in BUDGETED:
-            ax.scatter(s["peak_over_idle_bytes"] / 1e6, s["latency_median_ms"], label=s["config"], zorder=3)
+            ax.scatter(s["peak_over_idle_bytes"] / 1e6, s["latency_median_ms"], label=s["config"], zorder=3,
+                       color=next(colors))
     for family in BUDGETED:
         curve = sorted((s for s in ok if s["family"] == family), key=lambda s: s["budget"])
         if curve:
             ax.plot([s["peak_over_idle_bytes"] / 1e6 for s in curve], [s["latency_median_ms"] for s in curve],
-                    marker="o", label=family)
+                    marker="o", label=family, color=next(colors))
     ax.set_xlabel("peak RSS over idle (MB)")
     ax.set_ylabel("latency, median (ms)")
     ax.set_title(f"{result['model']['name']}: latency vs memory")
