@@ -267,6 +267,6 @@ def plan_for_budget(profile: Profile, budget: int, algorithm: str = "flexnn", re
     return replace(plan, budget=budget)
 
 
-def plans_for(profile: Profile, budgets: Sequence[int], algorithm: str = "flexnn") -> list[Plan]:
+def plans_for(profile: Profile, budgets: Sequence[int], algorithm: str = "flexnn", reserved: int = 0) -> list[Plan]:
     """A plan ladder for the runtime: one plan per budget (plan_for_budget), in the order given."""
-    return [plan_for_budget(profile, b, algorithm) for b in budgets]
+    return [plan_for_budget(profile, b, algorithm, reserved) for b in budgets]

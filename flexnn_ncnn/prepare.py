@@ -105,13 +105,15 @@ def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes:
     profile = planning.Profile(
         tuple(planning.TensorUse(l, planning.ROLES[r], o, s, f, u) for l, r, o, s, f, u in tensors),
         tuple(planning.LayerCost(load, comp) for load, comp in layers))
-    if prepared["outside_bytes"]:
-        log.warning("prepare: %s were requested from OpenMP workers, outside any plan", format_size(prepared["outside_bytes"]))
+    outside = int(prepared["outside_bytes"])
+    if outside:
+        log.info("prepare: %s were requested from OpenMP workers: every plan leaves room for them beside the arena",
+                 format_size(outside))
     schedule = {**prepared["schedule"], "ranges": [list(r) for r in prepared["schedule"]["ranges"]]}  # JSON's form
     if list(schedule["inputs"]) != list(graph.inputs):
         raise UserError(f"prepare {param}: the runtime feeds inputs {schedule['inputs']}, the graph declares {graph.inputs}")
     if budget is None:
-        budget = planning.min_feasible_budget(profile) + planning.ARENA_MARGIN
+        budget = planning.min_feasible_budget(profile) + planning.ARENA_MARGIN + outside
     info = module.build_info()
     return sidecar.Sidecar(
         model=sidecar.Model(str(param.resolve()), sha256_of(param), str(bin_path.resolve()), sha256_of(bin_path),
@@ -123,7 +125,8 @@ def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes:
         schedule=sidecar.Schedule.from_dict(schedule),
         slicing=_slicing_decisions(param),
         profile=profile,
-        plan=planning.plan_for_budget(profile, budget),
+        plan=planning.plan_for_budget(profile, budget, reserved=outside),
+        outside_bytes=outside,
     )
 
 

@@ -82,7 +82,8 @@ class Session:
         self._latencies_us: list[float] = []
         self._outside_peak = 0
         # held outside the arena for the session's life (the O_DIRECT window): counted, and planned around
-        self.reserved_outside_bytes = int(self._executor.reserved_outside_bytes())
+        # the O_DIRECT window, and what prepare saw requested outside any plan (OpenMP workers)
+        self.reserved_outside_bytes = int(self._executor.reserved_outside_bytes()) + content.outside_bytes
         self.set_budget(content.plan.budget if budget is None else budget)
 
     def _set_plan(self, plan: planning.Plan) -> None:

@@ -125,6 +125,9 @@ class Sidecar:
     profile: Profile
     plan: Plan
     ladder: tuple[Plan, ...] = field(default=())  # plans for other budgets, same profile
+    # peak bytes prepare saw requested outside any step's ownership (OpenMP workers inside a layer):
+    # the runtime serves them from the heap, so every plan leaves room for them beside the arena
+    outside_bytes: int = 0
 
     def model_files(self, sidecar_path: Path) -> tuple[Path, Path]:
         """The sliced model's .param and .bin, resolved against the sidecar's folder."""
@@ -160,6 +163,7 @@ class Sidecar:
             "profile": self.profile.to_dict(),
             "plan": self.plan.to_dict(),
             "ladder": [p.to_dict() for p in self.ladder],
+            "outside_bytes": self.outside_bytes,
         }
 
     @staticmethod
@@ -187,6 +191,7 @@ class Sidecar:
             profile=Profile.from_dict(_field(d, "profile", dict, "sidecar")),
             plan=Plan.from_dict(_field(d, "plan", dict, "sidecar")),
             ladder=tuple(Plan.from_dict(p, f"ladder[{i}]") for i, p in enumerate(_field(d, "ladder", list, "sidecar"))),
+            outside_bytes=_field(d, "outside_bytes", int, "sidecar"),
         )
 
     def validate(self) -> None:

@@ -320,3 +320,28 @@ def test_runs_from_several_threads_take_turns(tmp_path: Path) -> None:
         outputs = list(pool.map(lambda _: session.run({"data": x})["output"], range(40)))
     for out in outputs:
         assert_close(out, m.ref)
+
+
+def test_allocations_outside_any_plan_are_left_room_for(zoo_exports, tmp_path: Path) -> None:
+    """With 2 threads, MultiHeadAttention's OpenMP workers allocate buffers no step owns: prepare
+    records their peak, every plan leaves room for it beside the arena, and the runtime's count holds
+    the budget at the tightest one."""
+    from flexnn_ncnn.ncnn_model import Graph, read_param
+    from flexnn_ncnn.prepare import RuntimeOptions
+
+    model = zoo_exports["vit_fp32"]
+    graph = Graph.build(read_param(model.param))
+    shape = model.input_shape[1:]
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    content = prepare_model(model.param, model.bin, None, {graph.inputs[0]: shape}, RuntimeOptions(threads=2))
+    assert content.outside_bytes > 0
+    tightest = planning.min_feasible_budget(content.profile) + ARENA_MARGIN + content.outside_bytes
+    assert content.plan.budget == tightest and content.plan.arena_bytes <= tightest - ARENA_MARGIN - content.outside_bytes
+    path = tmp_path / "vit.flexnn.plan.json"
+    write_plan_file(content, path)
+    session = Session(path, threads=2)
+    for _ in range(3):
+        session.run({graph.inputs[0]: x})
+    stats = session.stats()
+    assert 0 < stats["outside_arena_bytes"] <= content.outside_bytes
+    assert stats["counted_bytes"] <= tightest

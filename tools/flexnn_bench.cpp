@@ -158,8 +158,9 @@ int main(int argc, char** argv)
         s = flexnn::Executor::create(param, bin, transformed, options, prepared.schedule, prepared.profile, executor);
         if (!s.ok())
             return fail(s.message());
-        // the budget holds the arena, its margin, and what the executor keeps outside the arena
-        const uint64_t beside_arena = kArenaMargin + executor->reserved_outside_bytes();
+        // the budget holds the arena, its margin, what the executor keeps outside the arena, and what
+        // prepare saw requested outside any plan (OpenMP workers inside a layer)
+        const uint64_t beside_arena = kArenaMargin + executor->reserved_outside_bytes() + prepared.outside_bytes;
         if (args["budget"] == "min")
         {
             const uint64_t smallest = flexnn::min_feasible_budget(prepared.profile, flexnn::PlannerOptions());
@@ -169,7 +170,7 @@ int main(int argc, char** argv)
         }
         if (budget <= beside_arena)
             return fail("budget " + std::to_string(budget) + " B leaves no room for an arena beside " + std::to_string(beside_arena)
-                        + " B (margin and O_DIRECT window)");
+                        + " B (margin, O_DIRECT window, allocations outside any plan)");
         s = executor->set_budget(budget - beside_arena, flexnn::PlannerOptions());
         if (!s.ok())
             return fail(s.message());

@@ -83,8 +83,9 @@ def _activation_layout(profile: Profile) -> tuple[dict[int, int], int]:
     return {i: p.offset for i, p in zip(index, plan.tensors)}, plan.arena_bytes
 
 
-def swapnet_plan(profile: Profile, budget: int) -> Plan:
-    """The block-streaming plan for a runtime budget: its arena plus ARENA_MARGIN fit in `budget`.
+def swapnet_plan(profile: Profile, budget: int, reserved: int = 0) -> Plan:
+    """The block-streaming plan for a runtime budget: its arena plus ARENA_MARGIN plus `reserved` (what
+    the runtime holds outside the arena: the sidecar's outside_bytes) fit in `budget`.
 
     Raises InfeasibleBudget naming the smallest budget this layout accepts: the activation region
     beside every weight, or beside two regions each holding the largest layer's weights, whichever
@@ -92,10 +93,11 @@ def swapnet_plan(profile: Profile, budget: int) -> Plan:
     weights = layer_weight_bytes(profile)
     activations, activation_bytes = _activation_layout(profile)
     total = sum(weights.values())
-    smallest = activation_bytes + min(total, 2 * max(weights.values(), default=0)) + ARENA_MARGIN
+    beside = ARENA_MARGIN + reserved
+    smallest = activation_bytes + min(total, 2 * max(weights.values(), default=0)) + beside
     if budget < smallest:
         raise InfeasibleBudget(budget, smallest, "two blocks of weights do not fit beside the activations")
-    room = budget - ARENA_MARGIN - activation_bytes  # for weights; >= the largest layer's twice, or >= all of them
+    room = budget - beside - activation_bytes  # for weights; >= the largest layer's twice, or >= all of them
     pinned = total <= room
     if pinned:
         blocks = Blocks((tuple(weights),) if weights else (), (total, 0))
