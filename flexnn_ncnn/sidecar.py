@@ -25,7 +25,7 @@ from .jsonfields import field as _field
 from .planning import Plan, Profile
 
 SCHEMA = "flexnn-plan"
-SCHEMA_VERSION = 3  # 2: target gained winograd/sgemm/fp16, and the runtime schedule; 3: model.transformed
+SCHEMA_VERSION = 4  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes
 SUFFIX = ".flexnn.plan.json"
 
 

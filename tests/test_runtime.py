@@ -13,7 +13,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import ncnn
 import numpy as np
 import pytest
 
@@ -204,6 +203,28 @@ def test_pipelined_inferences_never_hang(tmp_path: Path) -> None:
     assert proc.stdout.strip() == "ok 300"
 
 
+def assert_equal_stock_from_generous_to_tightest(param: Path, bin_: Path, shape: tuple[int, ...], tmp_path: Path) -> None:
+    """Prepare the model, then move one session through the generous, middle and tightest budgets:
+    every output equals stock NCNN's (default options) and the runtime's count holds each budget."""
+    from flexnn_ncnn.ncnn_model import Graph, read_param
+    from flexnn_ncnn.ncnn_model.stock import run_stock
+
+    graph = Graph.build(read_param(param))
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    refs = run_stock(param, bin_, {graph.inputs[0]: x}, graph.outputs, fp32=False)
+    content = prepare_model(param, bin_, 1 << 34, {graph.inputs[0]: shape})
+    path = tmp_path / f"{param.stem}.flexnn.plan.json"
+    write_plan_file(content, path)
+    session = Session(path)
+    for label, budget in budgets_for(content).items():
+        session.set_budget(budget)
+        for _ in range(2):
+            outputs = session.run({graph.inputs[0]: x})
+            for blob, ref in refs.items():
+                assert_close(outputs[blob], ref)
+        assert session.stats()["counted_bytes"] <= budget, label
+
+
 # NCNN's benchmark structures (DESIGN.md section 5) with seeded weights: real layer mixes (depthwise,
 # grouped, concat, shuffles, SE blocks, several outputs), from generous budgets to the tightest feasible.
 # fp16 storage (pnnx's default) goes through ModelBin's conversion path instead of reading in place.
@@ -214,38 +235,14 @@ BENCHMARKS = [("squeezenet", "fp32"), ("squeezenet", "fp16"), ("mobilenet_v2", "
 @needs_benchmarks
 @pytest.mark.parametrize("name, storage", BENCHMARKS, ids=[f"{n}-{s}" for n, s in BENCHMARKS])
 def test_benchmark_structures_equal_stock_ncnn_from_generous_to_tightest(name: str, storage: str, tmp_path: Path) -> None:
-    from flexnn_ncnn.ncnn_model import Graph, read_param
+    from flexnn_ncnn.ncnn_model import read_param
     from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 
     param = BENCHMARK_DIR / f"{name}.param"
     bin_ = tmp_path / f"{name}.bin"
     with open(bin_, "wb") as f:
         random_modelbin(read_param(param), 7, storage).write(f)
-    graph = Graph.build(read_param(param))
-    shape = BENCHMARK_INPUTS[name][1:]
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    net = ncnn.Net()
-    net.opt.num_threads = 1
-    assert net.load_param(str(param)) == 0 and net.load_model(str(bin_)) == 0
-    refs = {}
-    for blob in graph.outputs:
-        ex = net.create_extractor()
-        ex.input(graph.inputs[0], ncnn.Mat(x))
-        ret, out = ex.extract(blob)
-        assert ret == 0
-        refs[blob] = np.array(out)
-
-    content = prepare_model(param, bin_, 1 << 34, {graph.inputs[0]: shape})
-    path = tmp_path / f"{name}.flexnn.plan.json"
-    write_plan_file(content, path)
-    session = Session(path)
-    for label, budget in budgets_for(content).items():
-        session.set_budget(budget)
-        for _ in range(2):
-            outputs = session.run({graph.inputs[0]: x})
-            for blob, ref in refs.items():
-                assert_close(outputs[blob], ref)
-        assert session.stats()["counted_bytes"] <= budget, label
+    assert_equal_stock_from_generous_to_tightest(param, bin_, BENCHMARK_INPUTS[name][1:], tmp_path)
 
 
 def test_loader_on_big_cores_dropping_the_page_cache_changes_no_output(tmp_path: Path) -> None:
@@ -284,29 +281,8 @@ ZOO = [f"{arch}_fp{bits}" for arch in ("vgg19", "resnet50", "mlp", "vit") for bi
 @pytest.mark.parametrize("name", ZOO)
 def test_pnnx_exports_equal_stock_ncnn_from_generous_to_tightest(name: str, zoo_exports, tmp_path: Path) -> None:
     """pnnx exports of VGG-, ResNet-, MLP- and ViT-style torch models, fp16 and fp32 weight storage."""
-    from flexnn_ncnn.ncnn_model import Graph, read_param
-
     model = zoo_exports[name]
-    graph = Graph.build(read_param(model.param))
-    shape = model.input_shape[1:]
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    net = ncnn.Net()
-    net.opt.num_threads = 1
-    assert net.load_param(str(model.param)) == 0 and net.load_model(str(model.bin)) == 0
-    ex = net.create_extractor()
-    ex.input(graph.inputs[0], ncnn.Mat(x))
-    ret, ref = ex.extract(graph.outputs[0])
-    assert ret == 0
-
-    content = prepare_model(model.param, model.bin, 1 << 34, {graph.inputs[0]: shape})
-    path = tmp_path / f"{name}.flexnn.plan.json"
-    write_plan_file(content, path)
-    session = Session(path)
-    for label, budget in budgets_for(content).items():
-        session.set_budget(budget)
-        for _ in range(2):
-            assert_close(session.run({graph.inputs[0]: x})[graph.outputs[0]], np.array(ref))
-        assert session.stats()["counted_bytes"] <= budget, label
+    assert_equal_stock_from_generous_to_tightest(model.param, model.bin, model.input_shape[1:], tmp_path)
 
 
 def test_runs_from_several_threads_take_turns(tmp_path: Path) -> None:

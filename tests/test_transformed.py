@@ -96,7 +96,7 @@ def test_pretransformed_layers_equal_stock_ncnn_from_generous_to_tightest(name: 
     path = prepared(w)
     session = Session(path)
     assert session.sidecar.model.transformed == transformed_path(w.param).name
-    tightest = planning.min_feasible_budget(session.profile) + ARENA_MARGIN
+    tightest = planning.min_feasible_budget(session.profile) + ARENA_MARGIN + session.reserved_outside_bytes
     for budget in (None, tightest):
         if budget:
             session.set_budget(budget)
@@ -125,10 +125,15 @@ def test_loads_read_transformed_weights_not_raw_ones(name: str, tmp_path: Path) 
             data[begin + 4:end] = bytes(end - begin - 4)
         with open(written.bin, "r+b") as f:  # in place: the runtime's descriptor sees it
             f.write(data)
-        session.set_budget(planning.min_feasible_budget(session.profile) + ARENA_MARGIN)
+        session.set_budget(planning.min_feasible_budget(session.profile) + ARENA_MARGIN + session.reserved_outside_bytes)
     assert_close(with_file.run({"data": w.x})["output"], ref)
     got = without.run({"data": w_raw.x})["output"]
     assert np.abs(got - ref).max() > RTOL * np.abs(ref).max()
+    # the profile holds every buffer a load allocates: with the file, neither the raw weights nor the
+    # transforms' scratch buffers are among them
+    def weight_bytes(session: Session) -> int:
+        return sum(t.size for t in session.profile.tensors if t.role == "weight")
+    assert weight_bytes(without) - weight_bytes(with_file) >= sum(end - begin - 4 for begin, end in w.raw_weights)
 
 
 @pytest.mark.parametrize("name", sorted(WRITERS))

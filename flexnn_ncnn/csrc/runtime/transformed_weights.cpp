@@ -275,7 +275,6 @@ Status TransformedWeightsFile::open(const std::string& path, const TransformKey&
     if (!s.ok())
         return s;
     path_ = path;
-    direct_ = direct;
     return Status();
 }
 
@@ -349,11 +348,6 @@ const LayerTransforms* TransformedWeightsWriter::current() const
 {
     auto it = layers_.find(layer_);
     return it == layers_.end() ? nullptr : &it->second;
-}
-
-void TransformedWeightsWriter::drop_current()
-{
-    layers_.erase(layer_);
 }
 
 void TransformedWeightsWriter::set_skipped(std::vector<SkippedLoad> skipped)

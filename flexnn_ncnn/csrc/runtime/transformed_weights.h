@@ -85,10 +85,6 @@ public:
     {
         return path_;
     }
-    bool direct() const
-    {
-        return direct_;
-    }
     // tell the kernel the page cache need not keep this layer's transformed bytes
     void drop_cached(int layer_index) const;
     // the largest skipped raw weight of any layer
@@ -97,7 +93,6 @@ public:
 private:
     std::string path_;
     int fd_ = -1;
-    bool direct_ = false;
     std::map<int, LayerTransforms> layers_;
 };
 
@@ -118,8 +113,6 @@ public:
     void store(const ncnn::Mat& weight) override;
     // the current layer's Mats so far (null: none)
     const LayerTransforms* current() const;
-    // the current layer is built from its raw weights after all: forget its Mats
-    void drop_current();
     void set_skipped(std::vector<SkippedLoad> skipped);
     // the largest skipped raw weight so far
     uint64_t largest_skipped() const;
