@@ -44,13 +44,16 @@ class Session:
     `budget` (bytes) re-plans the stored profile instead of using the file's plan; `threads` must
     equal the plan's (it is checked, not changed). `loader`: the loading thread's cores (any, little,
     middle, big). `overlap_loading=False` makes each layer's load also wait for the previous layer's
-    computation: no loading overlaps computing (On-Demand). `direct_io=True` reads the .bin with
+    computation: no loading overlaps computing (On-Demand). `static_arena=False` (the ablation
+    w.o.mem) runs the same plan without the arena: every buffer a heap block allocated when requested
+    and freed when released, all counted outside the arena. `direct_io=True` reads the .bin with
     O_DIRECT through an aligned window held outside the arena (`reserved_outside_bytes`): every plan
     then leaves room for it, so a stored plan made without that room is re-planned.
     """
 
     def __init__(self, plan_path: str | Path, budget: int | None = None, threads: int | None = None, loader: str = "any",
-                 drop_page_cache: bool = False, overlap_loading: bool = True, direct_io: bool = False):
+                 drop_page_cache: bool = False, overlap_loading: bool = True, direct_io: bool = False,
+                 static_arena: bool = True):
         path = Path(plan_path)
         content = sidecar.load(path)
         param, bin_path = content.model_files(path)
@@ -73,13 +76,14 @@ class Session:
                 str(param), str(bin_path), content.executor_schedule(), tensors, layers, threads=target.threads,
                 packing=target.packing, winograd=target.winograd, sgemm=target.sgemm, fp16=target.fp16,
                 loader=loader, drop_page_cache=drop_page_cache, overlap_loading=overlap_loading, direct_io=direct_io,
-                transformed=str(transformed or ""))
+                static_arena=static_arena, transformed=str(transformed or ""))
         except (RuntimeError, ValueError) as e:
             raise UserError(f"{path}: {e}") from None
         self.inputs: list[str] = list(content.inputs)
         self.outputs: list[str] = list(content.schedule.outputs)
         self._load_waits_us: list[float] = []
         self._latencies_us: list[float] = []
+        self._loaded_layers: list[int] = []  # per inference: layers the loading thread built
         self._outside_peak = 0
         # held outside the arena for the session's life (the O_DIRECT window): counted, and planned around
         # the O_DIRECT window, and what prepare saw requested outside any plan (OpenMP workers)
@@ -120,6 +124,7 @@ class Session:
             raise UserError(f"inference failed: {e}") from None
         self._load_waits_us.append(stats["load_wait_us"])
         self._latencies_us.append(stats["latency_us"])
+        self._loaded_layers.append(stats["loaded_layers"])
         self._outside_peak = max(self._outside_peak, stats["outside_peak_bytes"])
         return outputs
 
@@ -134,5 +139,6 @@ class Session:
             "inferences": len(self._latencies_us),
             "load_wait_us": list(self._load_waits_us),
             "latency_us": list(self._latencies_us),
+            "loaded_layers": list(self._loaded_layers),
             "latency_median_us": statistics.median(self._latencies_us) if self._latencies_us else None,
         }

@@ -152,8 +152,9 @@ def test_a_baseline_refusing_its_budget_is_reported_not_failed(tiny_model, fake_
 
 
 def test_flexnn_runs_alongside_the_baselines_by_default(tiny_model, tmp_path):
-    """The real runtime child (slice -> prepare -> Session) at two budgets, On-Demand, and SwapNet-style
-    block streaming at the two budgets; the harness checks every output against stock NCNN."""
+    """The real runtime child (slice -> prepare -> Session) at two budgets, On-Demand, SwapNet-style
+    block streaming and the three ablations at the two budgets; the harness checks every output against
+    stock NCNN, and the heap-allocating ablations count no more than the plan they follow."""
     proc = run_module("bench", "--model", str(tiny_model), "--baselines", "ncnn-default", "--budgets", "1MB,2MB",
                       "--ablation", "--warmup", "0", "--loops", "2", "--rounds", "1", "-o", str(tmp_path),
                       "--results-md", str(tmp_path / "RESULTS.md"))
@@ -161,7 +162,8 @@ def test_flexnn_runs_alongside_the_baselines_by_default(tiny_model, tmp_path):
     data = json.loads((tmp_path / "squeezenet.results.json").read_text())
     by_name = {s["config"]: s for s in data["summaries"]}
     assert list(by_name) == ["ncnn-default", "flexnn@1MB", "flexnn@2MB", "on-demand", "swapnet@1MB", "swapnet@2MB",
-                             "flexnn-no-preload@1MB", "flexnn-no-preload@2MB"]
+                             "flexnn-no-mem@1MB", "flexnn-no-mem@2MB", "flexnn-no-preload@1MB", "flexnn-no-preload@2MB",
+                             "flexnn-no-both@1MB", "flexnn-no-both@2MB"]
     for name, s in by_name.items():
         assert s["ok"], (name, s["errors"])
         if s["infeasible"]:  # SwapNet's smallest budget on this model is about 1.04 MB here: it may refuse 1 MB
@@ -173,6 +175,12 @@ def test_flexnn_runs_alongside_the_baselines_by_default(tiny_model, tmp_path):
     for name in ("flexnn@1MB", "flexnn@2MB"):
         assert {"slice_ms", "prepare_ms", "plan_ms"} <= set(by_name[name]["overhead"])
         assert by_name[name]["overhead"]["transformed_weight_bytes"] > 0  # prepare wrote MODEL.transformed
+    for run in data["runs"]:
+        if run["config"].startswith(("flexnn-no-mem@", "flexnn-no-both@")):
+            assert run["record"]["arena_bytes"] == 0  # no static arena: everything counted is heap
+    md = (tmp_path / "RESULTS.md").read_text()
+    assert "| budget | flexnn | flexnn-no-mem | flexnn-no-preload | flexnn-no-both |" in md
+    assert "| 2 MB | " in md and (tmp_path / "squeezenet.ablation.png").stat().st_size > 0
     # SwapNet streams the unsliced model, prepared as On-Demand's: the same activation floor
     assert {"prepare_ms", "plan_ms", "transformed_weight_bytes"} == set(by_name["swapnet@2MB"]["overhead"])
     assert by_name["swapnet@2MB"]["activation_floor_bytes"] == by_name["on-demand"]["activation_floor_bytes"]

@@ -321,3 +321,34 @@ def test_allocations_outside_any_plan_are_left_room_for(zoo_exports, tmp_path: P
     stats = session.stats()
     assert 0 < stats["outside_arena_bytes"] <= content.outside_bytes
     assert stats["counted_bytes"] <= tightest
+
+
+def test_without_the_static_arena_outputs_and_counted_memory_hold(model: ModelCase, tmp_path: Path) -> None:
+    """The ablation w.o.mem (and w.o.both): the same plans served from the heap. Outputs equal stock
+    NCNN; no arena; what the heap holds at once never exceeds the plan it follows."""
+    path, content = prepared(model, tmp_path)
+    for label, budget in budgets_for(content).items():
+        for overlap in (True, False):
+            session = Session(path, budget=budget, static_arena=False, overlap_loading=overlap)
+            for _ in range(3):
+                assert_close(session.run({"data": model.x})["output"], model.ref)
+            stats = session.stats()
+            assert stats["arena_bytes"] == 0, label
+            assert 0 < stats["counted_bytes"] <= session.plan.arena_bytes, (label, overlap, stats)
+
+
+def test_a_budget_switch_defers_building_pinned_layers_to_the_next_run(model: ModelCase, tmp_path: Path) -> None:
+    """set_budget plans and allocates only: the run after it builds what the new plan pins, the runs
+    after that build only the streamed layers."""
+    path, content = prepared(model, tmp_path)
+    b = budgets_for(content)
+    session = Session(path, budget=b["tightest"])
+    for _ in range(2):
+        session.run({"data": model.x})
+    layers = len(content.schedule.order)
+    first, streamed = session.stats()["loaded_layers"]
+    assert first == layers and 0 < streamed <= layers  # weightless layers stay built after the first run
+    session.set_budget(b["generous"])  # every weight pinned
+    for _ in range(2):
+        assert_close(session.run({"data": model.x})["output"], model.ref)
+    assert session.stats()["loaded_layers"][2:] == [layers, 0]

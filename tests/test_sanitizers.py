@@ -33,3 +33,12 @@ def test_direct_io_and_middle_cores_under_a_sanitizer_report_nothing(sanitizer: 
     program = built(f"host-{sanitizer}", "native", "tests_native", "runtime_stress")
     report = stress([], program, tmp_path, 2, 200, WRITERS["residual"], "direct_io=1", "loader=middle")
     assert report["inferences"] == 200 and report["budgets"] == 3
+
+
+@pytest.mark.parametrize("sanitizer", ["tsan", "asan"])
+def test_heap_buffers_without_the_static_arena_under_a_sanitizer_report_nothing(sanitizer: str, tmp_path: Path) -> None:
+    """The ablation w.o.mem: every buffer from the heap, each streamed layer released by the computing
+    thread right after it computes while the loading thread builds the next ones."""
+    program = built(f"host-{sanitizer}", "native", "tests_native", "runtime_stress")
+    report = stress([], program, tmp_path, 2, 200, WRITERS["residual"], "static_arena=0")
+    assert report["inferences"] == 200 and report["budgets"] == 3

@@ -10,6 +10,8 @@
 //                       computation (no overlap; with budget=min, the On-Demand baseline);
 //                       stock / direct: NCNN's own Net with default options / Winograd and sgemm off
 //     direct_io=1       read the .bin with O_DIRECT (the planner leaves room for its aligned window)
+//     static_arena=0    no arena: each planned buffer a heap block from request to release (the
+//                       ablation w.o.mem; with mode=ondemand, w.o.both)
 //     transformed=FILE  where prepare writes the layers' pre-transformed weights, which every load
 //                       then reads instead of transforming (default: MODEL.transformed beside the
 //                       .param); transformed=0: layers transform their raw weights on every load
@@ -75,10 +77,11 @@ int main(int argc, char** argv)
 {
     if (argc < 4)
         return fail("usage: flexnn-bench MODEL.param MODEL.bin INPUT.npy [budget=BYTES|min mode=flexnn|ondemand|stock|direct "
-                    "loops=8 warmup=4 threads=1 loader=any|little|middle|big direct_io=0|1 input=data output=output out=FILE.npy]");
+                    "loops=8 warmup=4 threads=1 loader=any|little|middle|big direct_io=0|1 static_arena=0|1 input=data "
+                    "output=output out=FILE.npy]");
     std::map<std::string, std::string> args = {{"mode", "flexnn"}, {"loops", "8"}, {"warmup", "4"}, {"threads", "1"},
                                                {"loader", "any"}, {"transformed", ""}, {"input", "data"}, {"output", "output"}, {"budget", "0"},
-                                               {"out", ""}, {"direct_io", "0"}};
+                                               {"out", ""}, {"direct_io", "0"}, {"static_arena", "1"}};
     for (int i = 4; i < argc; i++)
     {
         const std::string arg = argv[i];
@@ -105,6 +108,9 @@ int main(int argc, char** argv)
     if (args["direct_io"] != "0" && args["direct_io"] != "1")
         return fail("direct_io must be 0 or 1");
     options.direct_io = args["direct_io"] == "1";
+    if (args["static_arena"] != "0" && args["static_arena"] != "1")
+        return fail("static_arena must be 0 or 1");
+    options.static_arena = args["static_arena"] == "1";
 
     const uint64_t idle_rss = status_bytes("VmRSS");
     ncnn::Mat input;

@@ -7,8 +7,8 @@ any configuration crashed or computed a wrong output.
 
 FlexNN at each budget, On-Demand and SwapNet-style block streaming at each budget run in the FlexNN
 runtime (bench/flexnn_child.py: slice, prepare, plan, Session), alongside the stock baselines;
---ablation adds FlexNN without preloading; --runtime-command replaces the runtime's child (see
-docs/EVALUATION.md). A budget below SwapNet's smallest is reported, not failed. `--ingest DIR` reads
+--ablation adds FlexNN without the static arena, without preloading, and without both (Fig. 13);
+--runtime-command replaces the runtime's child (see docs/EVALUATION.md). A budget below SwapNet's smallest is reported, not failed. `--ingest DIR` reads
 JSON lines measured on a device (scripts/adb_bench.sh) instead of running anything here.
 """
 

@@ -1,12 +1,10 @@
 """What the benchmark runs: each configuration is one child process printing one JSON line.
 
 Stock baselines (paper §5.1) run in bench/measure.py with the `ncnn` wheel. Everything the FlexNN
-runtime runs (FlexNN at a budget, the preloading ablation, On-Demand, SwapNet-style block streaming)
-plugs in HERE, through one command template (RUNTIME_COMMAND below, bench/flexnn_child.py;
+runtime runs (FlexNN at a budget, the ablations of Fig. 13, On-Demand, SwapNet-style block
+streaming) plugs in HERE, through one command template (RUNTIME_COMMAND below, bench/flexnn_child.py;
 `--runtime-command` replaces it): the template's tokens are formatted with the fields of
-`runtime_fields`, and the command must print the JSON line bench/measure.py documents. Not run,
-because the runtime has no such mode yet: the ablations w.o.mem / w.o.both (NCNN's own allocator
-instead of the arena).
+`runtime_fields`, and the command must print the JSON line bench/measure.py documents.
 """
 
 from __future__ import annotations
@@ -37,18 +35,21 @@ REFERENCE = "ncnn-default"
 # runtime modes; those in BUDGETED run once per budget, the others once
 RUNTIME_MODES = {
     "flexnn": "FlexNN under the budget",
+    "flexnn-no-mem": "ablation w.o.mem: the same plan without the static arena, each buffer a heap block from request to "
+                     "release",
     "flexnn-no-preload": "ablation w.o.preload: the same plan, each layer's load waiting for the previous computation",
+    "flexnn-no-both": "ablation w.o.both: without the static arena and without preloading",
     "on-demand": "On-Demand: load a layer's weights just before it runs, release after, no overlap",
     "swapnet": "SwapNet-style block streaming (bench/swapnet.py): blocks of whole layers, two resident, the next "
                "loading while the current one computes",
 }
-BUDGETED = ("flexnn", "flexnn-no-preload", "swapnet")
+BUDGETED = ("flexnn", "flexnn-no-mem", "flexnn-no-preload", "flexnn-no-both", "swapnet")
 # modes whose child runs the model as given, not sliced: the activation floor they report is the model's
 UNSLICED = ("on-demand", "swapnet")
 # baselines with a smallest budget of their own: a child reporting its budget infeasible is a result
 # (nothing to measure there), not a failure; for every other mode it is a failure
 MAY_BE_INFEASIBLE = ("swapnet",)
-ABLATIONS = ("flexnn-no-preload",)
+ABLATIONS = ("flexnn-no-mem", "flexnn-no-preload", "flexnn-no-both")  # Fig. 13, in its order
 DEFAULT_RUNTIME_MODES = ("flexnn", "on-demand", "swapnet")
 
 # The runtime's child (bench/flexnn_child.py): slice (flexnn) -> prepare -> plan -> Session at the budget.

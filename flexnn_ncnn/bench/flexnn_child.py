@@ -7,8 +7,11 @@ through the real pipeline in separate processes, so this process's memory is the
   tightening the slicing until the plan fits), `python -m flexnn_ncnn.prepare --no-fp16` at B again
   for fp32 math (the benchmark's default), then a `Session` on the sidecar: weights stream in on the
   loading thread, loading overlaps computing.
+- `flexnn-no-mem` (budget B, Fig. 13's w.o.mem): the same sidecar and schedule without the static
+  arena: every buffer a heap block from request to release, a layer's weights freed once it computed.
 - `flexnn-no-preload` (budget B, Fig. 13's w.o.preload): the same sidecar, each layer's load also
   waiting for the previous layer's computation (no loading overlaps computing).
+- `flexnn-no-both` (budget B, Fig. 13's w.o.both): neither the static arena nor preloading.
 - `on-demand`: the unsliced model, planned at its smallest feasible budget, loads not overlapping
   computation: each layer's weights loaded just before it runs and released after.
 - `swapnet` (budget B): the unsliced model prepared as for `on-demand`, then SwapNet-style block
@@ -17,7 +20,7 @@ through the real pipeline in separate processes, so this process's memory is the
   holds `infeasible` (the message naming that smallest budget) and no measurement.
 
 `activation_floor_bytes` is that of the profile the session ran (bench/floor.py): the model's own for
-`on-demand` and `swapnet`, the sliced model's for `flexnn` and `flexnn-no-preload`.
+`on-demand` and `swapnet`, the sliced model's for `flexnn` and its ablations.
 
 Reported overheads: `slice_ms` and `prepare_ms` are wall times of those CLI processes (interpreter
 start-up included; slicing includes its own prepare and planning attempts); `plan_ms` is the
@@ -50,7 +53,8 @@ from .measure import add_run_args, apply_run_args, model_inputs, reset_peak_rss,
 log = logging.getLogger(__name__)
 
 MODES = tuple(RUNTIME_MODES)
-OVERLAPPED = ("flexnn", "swapnet")  # loading overlaps computing; the other modes load each layer after the previous computed
+OVERLAPPED = ("flexnn", "flexnn-no-mem", "swapnet")  # loading overlaps computing; the others load each layer after the previous computed
+HEAP = ("flexnn-no-mem", "flexnn-no-both")  # no static arena: buffers from the heap
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,7 @@ def measure(description: dict[str, Any], mode: str, budget: int | None, threads:
         rss_idle = status_bytes("VmRSS")
         hwm_reset = reset_peak_rss()
         start = time.perf_counter()
-        session = Session(sidecar_path, threads=threads, overlap_loading=mode in OVERLAPPED)
+        session = Session(sidecar_path, threads=threads, overlap_loading=mode in OVERLAPPED, static_arena=mode not in HEAP)
         load_ms = (time.perf_counter() - start) * 1e3
         if session.plan != content.plan:
             raise UserError(f"the session re-planned instead of running the sidecar's {content.plan.algorithm} plan")

@@ -1,6 +1,7 @@
 """Benchmark reports: per model STEM.results.json (everything), STEM.csv (one row per configuration),
 STEM.png (latency against peak RSS over idle: baselines as points, each budgeted mode as a curve),
-and docs/RESULTS.md regenerated from every STEM.results.json in the output folder.
+STEM.ablation.png (Fig. 13: FlexNN and its ablations per budget, as latency over NCNN-Default's), and
+docs/RESULTS.md regenerated from every STEM.results.json in the output folder.
 
 `python -m flexnn_ncnn.bench.report OUTDIR [--results-md PATH]` regenerates RESULTS.md alone.
 """
@@ -21,7 +22,7 @@ from typing import Any, Sequence
 from ..cli import add_logging_args, run_main, setup_logging
 from ..models import file_stem
 from ..files import atomic_write
-from .configs import BUDGETED, RUNTIME_MODES, STOCK_CONFIGS, UNSLICED
+from .configs import ABLATIONS, BUDGETED, RUNTIME_MODES, STOCK_CONFIGS, UNSLICED
 from .harness import OVERHEAD_FIELDS, BenchResult
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ def plot(result: dict[str, Any], path: Path) -> bool:
         if s["family"] not in BUDGETED:
             ax.scatter(s["peak_over_idle_bytes"] / 1e6, s["latency_median_ms"], label=s["config"], zorder=3,
                        color=next(colors))
-    for family in BUDGETED:
+    for family in (f for f in BUDGETED if f not in ABLATIONS):  # the ablations have their own chart
         curve = sorted((s for s in ok if s["family"] == family), key=lambda s: s["budget"])
         if curve:
             ax.plot([s["peak_over_idle_bytes"] / 1e6 for s in curve], [s["latency_median_ms"] for s in curve],
@@ -116,8 +117,60 @@ def plot(result: dict[str, Any], path: Path) -> bool:
     return True
 
 
+ABLATION_BARS = ("flexnn",) + ABLATIONS
+
+
+def _ablation_grid(summaries: list[dict[str, Any]]) -> dict[int, dict[str, dict[str, Any]]]:
+    """{budget: {family: summary}} for the budgets at which an ablation ran."""
+    grid: dict[int, dict[str, dict[str, Any]]] = {}
+    for s in summaries:
+        if s["family"] in ABLATION_BARS:
+            grid.setdefault(s["budget"], {})[s["family"]] = s
+    return {b: row for b, row in sorted(grid.items()) if any(f in row for f in ABLATIONS)}
+
+
+def plot_ablation(result: dict[str, Any], path: Path) -> bool:
+    """Grouped bars, one group per budget: latency over NCNN-Default's for FlexNN and each ablation;
+    False when there is no ablation to draw or no matplotlib."""
+    grid = _ablation_grid(result["summaries"])
+    if not grid:
+        return False
+    plt = pyplot(f"{result['model']['name']}'s ablation")
+    if plt is None:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    width = 0.8 / len(ABLATION_BARS)
+    for k, family in enumerate(ABLATION_BARS):
+        ratios = [row[family]["ratio_to_default"] if family in row and row[family]["ratio_to_default"] else 0
+                  for row in grid.values()]
+        ax.bar([i + (k - (len(ABLATION_BARS) - 1) / 2) * width for i in range(len(grid))], ratios, width, label=family)
+    ax.axhline(1.0, color="gray", linewidth=0.8)
+    ax.set_xticks(range(len(grid)), [f"{b / 1e6:g} MB" for b in grid])
+    ax.set_xlabel("budget")
+    ax.set_ylabel("latency / NCNN-Default")
+    ax.set_title(f"{result['model']['name']}: ablation")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))
+    plt.close(fig)
+    return True
+
+
+def _ablation_table(summaries: list[dict[str, Any]]) -> list[str]:
+    grid = _ablation_grid(summaries)
+    if not grid:
+        return []
+    lines = ["", "Ablation (paper Fig. 13), latency / NCNN-Default:", "",
+             "| budget | " + " | ".join(ABLATION_BARS) + " |", "|---|" + "---|" * len(ABLATION_BARS)]
+    for budget, row in grid.items():
+        cells = [f"{row[f]['ratio_to_default']:.3f}" if f in row and row[f]["ratio_to_default"] else "-" for f in ABLATION_BARS]
+        lines.append(f"| {budget / 1e6:g} MB | " + " | ".join(cells) + " |")
+    return lines
+
+
 def write_model_report(result: BenchResult, outdir: Path) -> Path:
-    """STEM.results.json, STEM.csv and STEM.png for one model; returns the .results.json path."""
+    """STEM.results.json, STEM.csv, STEM.png and (with ablations) STEM.ablation.png for one model;
+    returns the .results.json path."""
     outdir.mkdir(parents=True, exist_ok=True)
     data = result.to_json()
     data["machine"] = machine_description()
@@ -126,6 +179,7 @@ def write_model_report(result: BenchResult, outdir: Path) -> Path:
     atomic_write(json_path, lambda f: f.write((json.dumps(data, indent=1) + "\n").encode()))
     write_csv(data["summaries"], data["activation_floor"]["activation_floor_bytes"], outdir / f"{stem}.csv")
     plot(data, outdir / f"{stem}.png")
+    plot_ablation(data, outdir / f"{stem}.ablation.png")
     return json_path
 
 
@@ -157,15 +211,17 @@ def _model_section(data: dict[str, Any], outdir: Path, md_dir: Path) -> list[str
         lines += ["", "| configuration | " + " | ".join(OVERHEAD_FIELDS) + " |", "|---|" + "---|" * len(OVERHEAD_FIELDS)]
         lines += [f"| {s['config']} | " + " | ".join(f"{s['overhead'][k]:g}" if k in s["overhead"] else "-" for k in OVERHEAD_FIELDS)
                   + " |" for s in with_overhead]
+    lines += _ablation_table(data["summaries"])
     infeasible = [f"{s['config']}: {s['infeasible']}" for s in data["summaries"] if s.get("infeasible")]
     if infeasible:
         lines += ["", "Not run (the budget is below what the baseline accepts):", ""] + [f"- {x}" for x in infeasible]
     failures = [e for s in data["summaries"] for e in (f"{s['config']}: {x}" for x in s["errors"])]
     if failures:
         lines += ["", "Failures:", ""] + [f"- {f}" for f in failures]
-    png = outdir / f"{stem}.png"
-    if png.exists():
-        lines += ["", f"![{model['name']}]({os.path.relpath(png, md_dir)})"]
+    pngs = [outdir / f"{stem}.png"] + ([outdir / f"{stem}.ablation.png"] if _ablation_grid(data["summaries"]) else [])
+    for png in pngs:
+        if png.exists():
+            lines += ["", f"![{model['name']}]({os.path.relpath(png, md_dir)})"]
     return lines + [""]
 
 

@@ -2,7 +2,8 @@
 
 One Session is switched through the budgets in order (the paper's demo sequence, Fig. 14). For each,
 it reports the switch (`set_budget`: a ladder lookup or a re-plan of the stored profile, then the
-arena rebuilt and pinned layers reloaded), the first inference after it, and the steady latency.
+arena rebuilt), the first inference after it (which also builds the layers the new plan pins), and the
+steady latency.
 Each step's outputs are checked against stock NCNN on the same model files, and the runtime's own
 count (arena + outside it) against the budget. Either failing fails the run: exit code 1.
 

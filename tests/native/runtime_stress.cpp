@@ -5,7 +5,7 @@
 // "error: ..." line, exit 1.
 //
 //   runtime_stress MODEL.param MODEL.bin INPUT.npy INPUT_BLOB OUTPUT_BLOB THREADS INFERENCES SWITCH_EVERY BUDGET...
-//                  [direct_io=1] [loader=middle] [transformed=FILE (pre-transformed weights written there)]
+//                  [direct_io=1] [loader=middle] [static_arena=0] [transformed=FILE (pre-transformed weights written there)]
 #include "planner/planner.h"
 #include "runtime/executor.h"
 #include "runtime/npy.h"
@@ -61,6 +61,8 @@ int main(int argc, char** argv)
             options.direct_io = true;
         else if (std::strcmp(argv[i], "loader=middle") == 0)
             options.loader_cores = flexnn::LoaderCores::Middle;
+        else if (std::strcmp(argv[i], "static_arena=0") == 0)
+            options.static_arena = false;
         else if (std::strncmp(argv[i], "transformed=", 12) == 0)
             transformed = argv[i] + 12;
         else

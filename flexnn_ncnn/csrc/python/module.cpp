@@ -90,7 +90,8 @@ using flexnn::plan_dict::LayerTuple;
 using flexnn::plan_dict::TensorTuple;
 
 flexnn::RuntimeOptions runtime_options(int threads, bool packing, bool winograd, bool sgemm, bool fp16, const std::string& loader,
-                                       bool drop_page_cache, bool overlap_loading = true, bool direct_io = false)
+                                       bool drop_page_cache, bool overlap_loading = true, bool direct_io = false,
+                                       bool static_arena = true)
 {
     flexnn::RuntimeOptions o;
     o.num_threads = threads;
@@ -101,6 +102,7 @@ flexnn::RuntimeOptions runtime_options(int threads, bool packing, bool winograd,
     o.drop_page_cache = drop_page_cache;
     o.overlap_loading = overlap_loading;
     o.direct_io = direct_io;
+    o.static_arena = static_arena;
     if (loader == "any")
         o.loader_cores = flexnn::LoaderCores::Any;
     else if (loader == "little")
@@ -180,10 +182,12 @@ class PyExecutor
 public:
     PyExecutor(const std::string& param, const std::string& bin, const py::dict& schedule, const std::vector<TensorTuple>& tensors,
                const std::vector<LayerTuple>& layers, int threads, bool packing, bool winograd, bool sgemm, bool fp16,
-               const std::string& loader, bool drop_page_cache, bool overlap_loading, bool direct_io, const std::string& transformed)
+               const std::string& loader, bool drop_page_cache, bool overlap_loading, bool direct_io, bool static_arena,
+               const std::string& transformed)
     {
         const flexnn::RuntimeOptions options
-            = runtime_options(threads, packing, winograd, sgemm, fp16, loader, drop_page_cache, overlap_loading, direct_io);
+            = runtime_options(threads, packing, winograd, sgemm, fp16, loader, drop_page_cache, overlap_loading, direct_io,
+                              static_arena);
         flexnn::LayerSchedule s = schedule_from(schedule);
         flexnn::Profile p = flexnn::plan_dict::profile_from_columns(tensors, layers);
         py::gil_scoped_release unlocked;
@@ -223,6 +227,7 @@ public:
         s["load_wait_us"] = stats.load_wait_us;
         s["outside_peak_bytes"] = stats.outside_peak_bytes;
         s["outside_allocations"] = stats.outside_allocations;
+        s["loaded_layers"] = stats.loaded_layers;
         return py::make_tuple(arrays(outputs), s);
     }
     py::dict plan() const
@@ -274,12 +279,12 @@ PYBIND11_MODULE(_native, m)
 
     py::class_<PyExecutor>(m, "Executor", "A prepared model run under a plan (runtime/executor.h).")
         .def(py::init<const std::string&, const std::string&, const py::dict&, const std::vector<TensorTuple>&,
-                      const std::vector<LayerTuple>&, int, bool, bool, bool, bool, const std::string&, bool, bool, bool,
+                      const std::vector<LayerTuple>&, int, bool, bool, bool, bool, const std::string&, bool, bool, bool, bool,
                       const std::string&>(),
              py::arg("param"), py::arg("bin"), py::arg("schedule"), py::arg("tensors"), py::arg("layers"), py::arg("threads") = 1,
              py::arg("packing") = true, py::arg("winograd") = true, py::arg("sgemm") = true, py::arg("fp16") = true,
              py::arg("loader") = "any", py::arg("drop_page_cache") = false, py::arg("overlap_loading") = true,
-             py::arg("direct_io") = false, py::arg("transformed") = "")
+             py::arg("direct_io") = false, py::arg("static_arena") = true, py::arg("transformed") = "")
         .def("set_plan", &PyExecutor::set_plan, py::arg("plan"), "check the plan (planner columns) and move to its arena")
         .def("set_budget", &PyExecutor::set_budget, py::arg("budget"), py::arg("algorithm") = "flexnn", py::arg("alignment") = 64,
              "re-plan the stored profile for this arena size and move to it")

@@ -47,7 +47,7 @@ void* ArenaAllocator::fastMalloc(size_t size)
                      + " B): the model or its options differ from what was prepared");
         return outside_.fastMalloc(size);
     }
-    return base_ + planned.offset;
+    return base_ ? base_ + planned.offset : outside_.fastMalloc(size);
 }
 
 void ArenaAllocator::fastFree(void* ptr)

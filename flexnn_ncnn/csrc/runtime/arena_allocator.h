@@ -31,7 +31,8 @@ using PlannedBuffers = std::vector<std::vector<PlannedBuffer> >;
 // planned, fails the inference (recorded in `failure`) and is served from `outside` so nothing is
 // written over another buffer. Requests from any thread but the owner (an OpenMP worker inside a
 // layer) cannot be ordered: they are served and counted by `outside`.
-// Releasing an arena buffer does nothing: its bytes belong to the plan.
+// Releasing an arena buffer does nothing: its bytes belong to the plan. Bound to no arena (static
+// arena off), it checks each request against the plan the same way and serves it from `outside`.
 class ArenaAllocator : public ncnn::Allocator
 {
 public:
@@ -39,7 +40,8 @@ public:
     void* fastMalloc(size_t size) override;
     void fastFree(void* ptr) override;
 
-    // serve `buffers` out of `base` from now on; step_names[step] names the step in messages
+    // serve `buffers` out of `base` (nullptr: from `outside`) from now on; step_names[step] names the
+    // step in messages
     void bind(unsigned char* base, PlannedBuffers buffers, const std::vector<std::string>* step_names);
     // ordinals start again from 0 at every step; requests are served to `owner` only
     void begin_inference(std::thread::id owner);

@@ -178,29 +178,20 @@ Status Executor::set_plan(const Plan& plan)
 
     // between inferences: nothing is computing or loading
     release_arena();
-    arena_.reset(static_cast<unsigned char*>(ncnn::fastMalloc(plan.arena_bytes)));
-    if (!arena_)
-        return Status::error("cannot allocate an arena of " + std::to_string(plan.arena_bytes) + " B");
+    if (options_.static_arena)
+    {
+        arena_.reset(static_cast<unsigned char*>(ncnn::fastMalloc(plan.arena_bytes)));
+        if (!arena_)
+            return Status::error("cannot allocate an arena of " + std::to_string(plan.arena_bytes) + " B");
+    }
     plan_ = plan;
+    has_plan_ = true;
     resident_ = resident;
+    built_.assign(steps, false); // resident layers are built by the next run's loading thread
     wait_for_ = wait_for;
     weights_.bind(arena_.get(), buffers[(int)Role::Weight], &step_names_);
     blobs_.bind(arena_.get(), buffers[(int)Role::Activation], &step_names_);
     workspace_.bind(arena_.get(), buffers[(int)Role::Intermediate], &step_names_);
-
-    failure_.clear();
-    weights_.begin_inference(std::this_thread::get_id());
-    for (int step = 1; step < schedule_.output_step(); step++)
-    {
-        if (!resident_[step])
-            continue;
-        s = load_step(step);
-        if (!s.ok())
-        {
-            release_arena();
-            return s;
-        }
-    }
     return Status();
 }
 
@@ -209,6 +200,8 @@ void Executor::release_arena()
     // layers' Mats keep their refcounts inside the arena: drop them while it still exists
     for (int layer : schedule_.order)
         model_->planned(layer)->unload(load_opt_);
+    built_.assign(built_.size(), false);
+    has_plan_ = false;
     arena_.reset();
 }
 
@@ -251,7 +244,7 @@ void Executor::load_all()
     weights_.begin_inference(std::this_thread::get_id());
     for (int step = 1; step < schedule_.output_step() && !failure_.failed(); step++)
     {
-        if (!resident_[step])
+        if (!resident_[step] || !built_[step])
         {
             const int wait_for = options_.overlap_loading ? wait_for_[step] : std::max(wait_for_[step], step - 1);
             if (wait_for >= 0 && !progress_.wait_computed(wait_for))
@@ -268,6 +261,8 @@ void Executor::load_all()
                 failure_.set(s.message());
                 break;
             }
+            built_[step] = resident_[step];
+            loaded_layers_++;
         }
         progress_.loaded(step);
     }
@@ -304,6 +299,11 @@ int Executor::before_compute(int layer_index)
 int Executor::after_compute(int layer_index, int ret)
 {
     compute_clock_.end();
+    // without the static arena a streamed layer's weights go back to the heap once it has computed
+    // (called from the layer's own forward, which touches nothing of it after this returns; ret == 0
+    // means before_compute passed, so the clock's step is this layer's and its load is done)
+    if (ret == 0 && !options_.static_arena && !resident_[compute_clock_.started()])
+        model_->planned(layer_index)->unload(load_opt_);
     if (ret != 0 && !failure_.failed())
         failure_.set("layer " + model_->layer_name(layer_index) + " failed to compute (NCNN error " + std::to_string(ret) + ")");
     if (failure_.failed())
@@ -317,7 +317,7 @@ int Executor::after_compute(int layer_index, int ret)
 Status Executor::run(const NamedMats& inputs, NamedMats& outputs, RunStats& stats)
 {
     std::lock_guard<std::mutex> turn(turn_);
-    if (!arena_)
+    if (!has_plan_)
         return Status::error("no plan: set a plan or a budget first");
     if (inputs.size() != schedule_.inputs.size())
         return Status::error("the model was prepared with " + std::to_string(schedule_.inputs.size()) + " inputs, got "
@@ -332,6 +332,7 @@ Status Executor::run(const NamedMats& inputs, NamedMats& outputs, RunStats& stat
     progress_.reset();
     compute_clock_.reset();
     load_wait_us_ = 0;
+    loaded_layers_ = 0;
     outside_.reset_counts();
     blobs_.begin_inference(std::this_thread::get_id());
     workspace_.begin_inference(std::this_thread::get_id());
@@ -388,6 +389,7 @@ Status Executor::run(const NamedMats& inputs, NamedMats& outputs, RunStats& stat
     stats.load_wait_us = load_wait_us_;
     stats.outside_peak_bytes = outside.peak_bytes;
     stats.outside_allocations = outside.allocations;
+    stats.loaded_layers = loaded_layers_;
     return failure_.status();
 }
 

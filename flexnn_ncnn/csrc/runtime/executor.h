@@ -32,13 +32,17 @@ struct RunStats
     double load_wait_us = 0;          // time computation waited for loading
     uint64_t outside_peak_bytes = 0;  // most bytes held outside the arena at once during the run
     uint64_t outside_allocations = 0; // requests served outside the arena during the run
+    int loaded_layers = 0;            // layers the loading thread built: the streamed ones, and the first
+                                      // run after set_plan also the resident ones
 };
 
 // Runs a prepared model under a plan (paper section 3.4). One arena of the plan's size holds every
 // weight, activation and intermediate at its planned offset. A loading thread walks the steps in
 // order: load(s) rebuilds step s's layer from its bytes of the .bin (and its pre-transformed weights,
-// when prepare made them) once comp(i) has finished for its dependency (i, s); the calling thread computes through NCNN's Extractor, each layer waiting
-// for its own load. Layers whose weights are pinned, or who have none, are built once per plan.
+// when prepare made them) once comp(i) has finished for its dependency (i, s); the calling thread
+// computes through NCNN's Extractor, each layer waiting for its own load. Layers whose weights are
+// pinned, or who have none, are built once per plan, by the first run after set_plan (so a budget
+// switch costs planning and an allocation; the run after it loads what the new plan pins).
 // run and set_plan may be called from any thread; they take turns.
 class Executor : private ComputeHooks
 {
@@ -51,7 +55,8 @@ public:
                          const RuntimeOptions& options, LayerSchedule schedule, Profile profile,
                          std::unique_ptr<Executor>& out);
 
-    // Check `plan` against the profile, then (between inferences) move to a fresh arena of its size.
+    // Check `plan` against the profile, then (between inferences) move to a fresh arena of its size
+    // (with options.static_arena; without, buffers come from the heap as the plan's steps need them).
     Status set_plan(const Plan& plan);
     // Re-plan the stored profile for `budget` bytes of arena and move to it.
     Status set_budget(uint64_t budget, const PlannerOptions& options);
@@ -67,7 +72,8 @@ public:
     {
         return schedule_;
     }
-    // bytes the arena holds: the plan's arena plus NCNN's over-read margin past its last buffer
+    // bytes the arena holds: the plan's arena plus NCNN's over-read margin past its last buffer (0
+    // without a static arena)
     uint64_t arena_bytes() const;
     // bytes held outside the arena for the executor's whole life (the O_DIRECT window): counted in
     // every run's outside-arena peak, so a budget must leave room for them beside the arena
@@ -98,7 +104,9 @@ private:
     const Profile profile_;
     Plan plan_;
     std::vector<std::string> step_names_;
-    std::vector<bool> resident_;    // per step: built once per plan
+    bool has_plan_ = false;
+    std::vector<bool> resident_;    // per step: built once per plan, by the first run's loading thread
+    std::vector<bool> built_;       // per step: resident and built (loading thread during a run)
     std::vector<int> wait_for_;     // per step: the computation its load waits for, -1 none
     bool pin_loader_ = false;       // whether the loading thread runs on loader_cpus_ only
     ncnn::CpuSet loader_cpus_;
@@ -112,6 +120,7 @@ private:
     StepClock load_clock_;    // the loading thread's
     StepClock compute_clock_; // the computing thread's
     double load_wait_us_ = 0; // computing thread only
+    int loaded_layers_ = 0;   // loading thread only
     ArenaAllocator weights_;
     ArenaAllocator blobs_;
     ArenaAllocator workspace_;

@@ -33,6 +33,11 @@ struct RuntimeOptions
     // false: load(s) also waits for comp(s - 1), so loading never overlaps computing (the On-Demand
     // baseline, paper section 5.1, when run with the tightest plan)
     bool overlap_loading = true;
+    // false (the ablation w.o.mem, paper section 5.5): no arena; each planned buffer is a heap block
+    // (NCNN's fastMalloc) allocated when requested and freed when released, and a streamed layer's
+    // weights are freed once it has computed. The plan still orders loads after computations, so
+    // what is live at once is what the plan has live; all of it is counted outside the arena.
+    bool static_arena = true;
 
     ncnn::Option ncnn_option() const
     {
