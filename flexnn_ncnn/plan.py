@@ -63,12 +63,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError("--ladder stores plans in the output: give -o OUT.json")
     source = sidecar.load(args.sidecar)
     start = time.perf_counter()
-    plan = planning.plan_for_budget(source.profile, budget, args.algorithm, reserved=source.outside_bytes)
+    plan = planning.plan_for_budget(source.profile, budget, args.algorithm, reserved=source.reserved_bytes)
     seconds = time.perf_counter() - start
     print("\n".join(describe(source.profile, plan, seconds)))
     if args.output is not None:
         ladder = None if args.ladder is None else tuple(planning.plans_for(source.profile, args.ladder, args.algorithm,
-                                                                            reserved=source.outside_bytes))
+                                                                            reserved=source.reserved_bytes))
         written = sidecar.moved(sidecar.with_plans(source, plan, ladder), args.sidecar.parent, args.output.parent)
         sidecar.save(written, args.output)
         print(f"wrote {args.output}")

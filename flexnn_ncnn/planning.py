@@ -187,12 +187,15 @@ class Plan:
 
 
 class InfeasibleBudget(UserError):
-    """The budget cannot hold the profile; `min_feasible_budget` can (0 if the search found none)."""
+    """The budget cannot hold the profile; `min_feasible_budget` can (0 if the search found none).
+    `beside_arena`: the bytes of either budget not available to the arena (its margin and what the
+    runtime holds beside it; 0 for a bare arena budget)."""
 
-    def __init__(self, budget: int, min_feasible_budget: int, reason: str, advice: str = ""):
+    def __init__(self, budget: int, min_feasible_budget: int, reason: str, advice: str = "", beside_arena: int = 0):
         self.budget = budget
         self.min_feasible_budget = min_feasible_budget
         self.reason = reason
+        self.beside_arena = beside_arena
         smallest = (f"the smallest feasible budget is {format_size(min_feasible_budget)}" if min_feasible_budget
                     else "no feasible budget was found")
         super().__init__(f"budget {format_size(budget)} is infeasible for this profile; {smallest}"
@@ -258,12 +261,15 @@ def plan_for_budget(profile: Profile, budget: int, algorithm: str = "flexnn", re
     its `budget` is `budget`. Raises InfeasibleBudget naming the smallest such budget."""
     beside = ARENA_MARGIN + reserved
     if budget <= beside:
-        raise UserError(f"budget {format_size(budget)} is smaller than the arena's {ARENA_MARGIN} B margin"
-                        + (f" and {format_size(reserved)} held outside it" if reserved else ""))
+        smallest = min_feasible_budget(profile, algorithm)
+        raise InfeasibleBudget(budget, smallest + beside if smallest else 0,
+                               f"it leaves no arena beside the {ARENA_MARGIN} B margin"
+                               + (f" and {format_size(reserved)} held outside it" if reserved else ""), beside_arena=beside)
     try:
         plan = make_plan(profile, budget - beside, algorithm)
     except InfeasibleBudget as e:
-        raise InfeasibleBudget(budget, e.min_feasible_budget + beside if e.min_feasible_budget else 0, e.reason) from None
+        raise InfeasibleBudget(budget, e.min_feasible_budget + beside if e.min_feasible_budget else 0, e.reason,
+                               beside_arena=beside) from None
     return replace(plan, budget=budget)
 
 

@@ -11,8 +11,11 @@ runs one sequential inference recording every buffer (step, role, ordinal, size,
 layer's compute time: the planner's profile. The sidecar (flexnn_ncnn/sidecar.py,
 docs/PLAN_FORMAT.md) holds the profile, the schedule the runtime needs (execution order, byte
 ranges, flags), the target and options it was made with, the build, the model's sha256, the
-slicer's decisions when MODEL.slicing.json is beside the .param, and the plan for the budget. An
-infeasible budget writes nothing and names the smallest feasible one.
+slicer's decisions when MODEL.slicing.json is beside the .param, and the plan for the budget.
+Last, a fresh process runs the prepared model once (overhead.py) to measure the resident memory the
+runtime does not count (the sidecar and NCNN's Net in memory, code pages, thread stacks): the
+sidecar records it and the plan leaves room for it beside the arena. An infeasible budget writes
+nothing and names the smallest feasible one.
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ import json
 import logging
 import os
 import sys
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from . import native, planning, sidecar
+from . import native, overhead, planning, sidecar
 from .cli import UserError, add_logging_args, run_main, setup_logging
 from .fetch import sha256_of
 from .ncnn_model import Graph, declared_input_shapes, parse_input_shape, read_param
@@ -73,12 +77,45 @@ def _slicing_decisions(param: Path) -> dict[str, Any]:
         raise UserError(f"cannot read the slicing decisions {path}: {e}") from None
 
 
+def _plan(profile: planning.Profile, budget: int | None, reserved: int) -> planning.Plan:
+    """The plan for `budget` bytes with `reserved` beside the arena and its margin (None: the smallest
+    feasible budget). Raises InfeasibleBudget naming the smallest feasible one."""
+    if budget is None:
+        budget = planning.min_feasible_budget(profile) + planning.ARENA_MARGIN + reserved
+    return planning.plan_for_budget(profile, budget, reserved=reserved)
+
+
+# measured uncounted RSS by what it depends on: the model's files, whether layers load pre-transformed
+# weights, and the options it runs with (the transformed file's own bytes differ between prepares).
+# It varies by up to some 100 KB between measuring processes, so preparing the same files again in
+# this process (slice's fit attempt, then the final files) keeps one value: the plan that fitted fits.
+_measured: dict[tuple[str, str, bool, sidecar.Target], int] = {}
+
+
+def _uncounted_rss_bytes(content: sidecar.Sidecar) -> int:
+    """The resident memory running `content` holds beyond the runtime's count, measured in a fresh
+    process on a scratch copy of the sidecar (overhead.py), once per model files and options."""
+    key = (content.model.param_sha256, content.model.bin_sha256, bool(content.model.transformed), content.target)
+    if key in _measured:
+        return _measured[key]
+    with tempfile.TemporaryDirectory(prefix="flexnn-overhead-") as scratch:
+        path = Path(scratch) / f"measuring{sidecar.SUFFIX}"
+        write_plan_file(content, path)
+        measured = overhead.measure_in_child(path, content.input_shapes())
+    log.info("prepare: a run held %s over idle, %s of it counted: every plan leaves room for the other %s",
+             format_size(measured["peak_rss_over_idle_bytes"]), format_size(measured["counted_bytes"]),
+             format_size(measured["uncounted_rss_bytes"]))
+    _measured[key] = measured["uncounted_rss_bytes"]
+    return _measured[key]
+
+
 def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes: dict[str, tuple[int, ...]] | None = None,
                   options: RuntimeOptions = RuntimeOptions(), seed: int = 0, transformed: Path | None = None) -> sidecar.Sidecar:
     """Prepare `param`/`bin_path` here and plan it for `budget` bytes (None: the smallest feasible
-    budget): the sidecar (model paths absolute until `write_plan_file` makes them relative to where
-    it is written). With options.pretransform, the pre-transformed weights go to `transformed`
-    (default: transformed_path(param))."""
+    budget), reserving what prepare saw outside the arena and the uncounted RSS a fresh process
+    measures running it: the sidecar (model paths absolute until `write_plan_file` makes them
+    relative to where it is written). With options.pretransform, the pre-transformed weights go to
+    `transformed` (default: transformed_path(param))."""
     graph = Graph.build(read_param(param))
     shapes = input_shapes or {name: s.numpy() for name, s in declared_input_shapes(read_param(param), graph).items()}
     missing = [name for name in graph.inputs if name not in shapes]
@@ -112,10 +149,15 @@ def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes:
     schedule = {**prepared["schedule"], "ranges": [list(r) for r in prepared["schedule"]["ranges"]]}  # JSON's form
     if list(schedule["inputs"]) != list(graph.inputs):
         raise UserError(f"prepare {param}: the runtime feeds inputs {schedule['inputs']}, the graph declares {graph.inputs}")
-    if budget is None:
-        budget = planning.min_feasible_budget(profile) + planning.ARENA_MARGIN + outside
+    try:
+        measuring_plan = _plan(profile, budget, outside)
+    except planning.InfeasibleBudget as e:
+        if not e.min_feasible_budget:
+            raise
+        # measured anyway, so that the error names a budget that leaves room for it
+        measuring_plan = _plan(profile, e.min_feasible_budget, outside)
     info = module.build_info()
-    return sidecar.Sidecar(
+    content = sidecar.Sidecar(
         model=sidecar.Model(str(param.resolve()), sha256_of(param), str(bin_path.resolve()), sha256_of(bin_path),
                             str(transformed.resolve()) if transformed else "", sha256_of(transformed) if transformed else ""),
         build=sidecar.Build(info["ncnn_version"], info["patch_series_id"]),
@@ -125,9 +167,11 @@ def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes:
         schedule=sidecar.Schedule.from_dict(schedule),
         slicing=_slicing_decisions(param),
         profile=profile,
-        plan=planning.plan_for_budget(profile, budget, reserved=outside),
+        plan=measuring_plan,
         outside_bytes=outside,
     )
+    content = replace(content, uncounted_rss_bytes=_uncounted_rss_bytes(content))
+    return sidecar.with_plans(content, _plan(profile, budget, content.reserved_bytes))
 
 
 def write_plan_file(content: sidecar.Sidecar, path: Path) -> None:

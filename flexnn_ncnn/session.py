@@ -18,24 +18,9 @@ import numpy as np
 
 from . import native, planning, sidecar
 from .cli import UserError
+from .process_memory import reset_peak_rss, status_bytes
 
 log = logging.getLogger(__name__)
-
-
-def _status_kib(field: str) -> int:
-    """A `VmRSS:`/`VmHWM:` line of /proc/self/status, in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def _reset_peak_rss() -> None:
-    """Start VmHWM again from the current RSS (Linux clear_refs 5), so the peak is this session's."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError as e:
-        log.warning("cannot reset the peak RSS (%s): VmHWM includes what ran before the session", e)
 
 
 class Session:
@@ -47,32 +32,37 @@ class Session:
     computation: no loading overlaps computing (On-Demand). `static_arena=False` (the ablation
     w.o.mem) runs the same plan without the arena: every buffer a heap block allocated when requested
     and freed when released, all counted outside the arena. `direct_io=True` reads the .bin with
-    O_DIRECT through an aligned window held outside the arena (`reserved_outside_bytes`): every plan
-    then leaves room for it, so a stored plan made without that room is re-planned.
+    O_DIRECT through an aligned window held outside the arena: every plan then leaves room for it
+    (`reserved_bytes`, with the sidecar's reservation), so a stored plan made without that room is
+    re-planned.
     """
 
     def __init__(self, plan_path: str | Path, budget: int | None = None, threads: int | None = None, loader: str = "any",
                  drop_page_cache: bool = False, overlap_loading: bool = True, direct_io: bool = False,
                  static_arena: bool = True):
         path = Path(plan_path)
+        # loaded first: loading the runtime fixes malloc's thresholds (csrc/runtime/heap_policy.h), so
+        # what reading the sidecar frees is unmapped, whatever this process freed before
+        module = native.load()
         content = sidecar.load(path)
         param, bin_path = content.model_files(path)
         transformed = content.transformed_file(path)
         for which, file in (("param", param), ("bin", bin_path), ("transformed", transformed)):
             if file is not None and not file.is_file():
                 raise UserError(f"{path}: model.{which} {file} does not exist")
-        sidecar.verify(content, sidecar.Expected.for_run(param, bin_path, threads, native.load().build_info()["isa"], transformed),
+        sidecar.verify(content, sidecar.Expected.for_run(param, bin_path, threads, module.build_info()["isa"], transformed),
                        str(path))
         self.path = path
         self.sidecar = content
         self.profile = content.profile
         self.input_shapes: dict[str, tuple[int, ...]] = content.input_shapes()
-        _reset_peak_rss()
-        self._idle_rss = _status_kib("VmRSS")
+        if not reset_peak_rss():
+            log.warning("cannot reset the peak RSS: VmHWM includes what ran before the session")
+        self._idle_rss = status_bytes("VmRSS")
         target = content.target
         tensors, layers = self.profile.columns
         try:
-            self._executor = native.load().Executor(
+            self._executor = module.Executor(
                 str(param), str(bin_path), content.executor_schedule(), tensors, layers, threads=target.threads,
                 packing=target.packing, winograd=target.winograd, sgemm=target.sgemm, fp16=target.fp16,
                 loader=loader, drop_page_cache=drop_page_cache, overlap_loading=overlap_loading, direct_io=direct_io,
@@ -85,9 +75,10 @@ class Session:
         self._latencies_us: list[float] = []
         self._loaded_layers: list[int] = []  # per inference: layers the loading thread built
         self._outside_peak = 0
-        # held outside the arena for the session's life (the O_DIRECT window): counted, and planned around
-        # the O_DIRECT window, and what prepare saw requested outside any plan (OpenMP workers)
-        self.reserved_outside_bytes = int(self._executor.reserved_outside_bytes()) + content.outside_bytes
+        # what every plan leaves beside the arena and its margin: the executor's own buffers outside the
+        # arena (the O_DIRECT window) and the sidecar's reservation (requests from OpenMP workers, and
+        # the resident memory the runtime does not count)
+        self.reserved_bytes = int(self._executor.reserved_outside_bytes()) + content.reserved_bytes
         self.set_budget(content.plan.budget if budget is None else budget)
 
     def _set_plan(self, plan: planning.Plan) -> None:
@@ -99,19 +90,19 @@ class Session:
 
     def set_budget(self, budget: int) -> None:
         """Move to the plan for `budget` bytes (between inferences): the sidecar's plan or ladder entry for
-        exactly that budget (a lookup) when it leaves room for `reserved_outside_bytes`, else a re-plan
+        exactly that budget (a lookup) when it leaves room for `reserved_bytes`, else a re-plan
         of the stored profile that does.
 
         An infeasible budget raises InfeasibleBudget and leaves the session on its current plan."""
         stored = self.sidecar.plan_for(budget)
-        if stored is None or stored.arena_bytes + planning.ARENA_MARGIN + self.reserved_outside_bytes > budget:
+        if stored is None or stored.arena_bytes + planning.ARENA_MARGIN + self.reserved_bytes > budget:
             try:
-                stored = planning.plan_for_budget(self.profile, budget, reserved=self.reserved_outside_bytes)
+                stored = planning.plan_for_budget(self.profile, budget, reserved=self.reserved_bytes)
             except planning.InfeasibleBudget as e:
                 # the profile is of the model as sliced: a smaller budget may need it sliced again
                 raise planning.InfeasibleBudget(e.budget, e.min_feasible_budget, e.reason,
                                                 f"re-slice the model for it: python -m flexnn_ncnn.slice MODEL.param "
-                                                f"--budget {budget}") from None
+                                                f"--budget {budget}", e.beside_arena) from None
         self._set_plan(stored)
         self.budget = budget
 
@@ -135,7 +126,7 @@ class Session:
             "arena_bytes": arena,
             "outside_arena_bytes": self._outside_peak,
             "counted_bytes": arena + self._outside_peak,
-            "peak_rss_over_idle_bytes": _status_kib("VmHWM") - self._idle_rss,
+            "peak_rss_over_idle_bytes": status_bytes("VmHWM") - self._idle_rss,
             "inferences": len(self._latencies_us),
             "load_wait_us": list(self._load_waits_us),
             "latency_us": list(self._latencies_us),

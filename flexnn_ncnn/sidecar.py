@@ -3,8 +3,9 @@
 It names the sliced model (sha256 of its .param and .bin), the build that profiled it (NCNN version
 and patch-series id), the target and options the transformed weights were laid out for (ISA, L2,
 threads, packing, winograd, sgemm, fp16), the input shapes, the runtime's schedule (execution order,
-per-layer .bin byte ranges, layer flags), the slicer's decisions, the profile, the plan, and an
-optional ladder of plans for other budgets. It is the one plan file: prepare writes it, the plan
+per-layer .bin byte ranges, layer flags), the slicer's decisions, the profile, the plan, an
+optional ladder of plans for other budgets, and what every plan leaves room for beside the arena
+(`reserved_bytes`: allocations outside it, and the resident memory the runtime does not count). It is the one plan file: prepare writes it, the plan
 CLI re-plans it, Session / run / the benchmark run it. The format is documented in docs/PLAN_FORMAT.md. Loading validates the
 structure and every plan (with the planner's independent checker); `verify` compares it with what
 the caller is about to run and names the first field that differs. Writes are atomic.
@@ -25,7 +26,8 @@ from .jsonfields import field as _field
 from .planning import Plan, Profile
 
 SCHEMA = "flexnn-plan"
-SCHEMA_VERSION = 4  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes
+SCHEMA_VERSION = 5  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
+# 5: uncounted_rss_bytes
 SUFFIX = ".flexnn.plan.json"
 
 
@@ -128,6 +130,15 @@ class Sidecar:
     # peak bytes prepare saw requested outside any step's ownership (OpenMP workers inside a layer):
     # the runtime serves them from the heap, so every plan leaves room for them beside the arena
     outside_bytes: int = 0
+    # peak RSS over idle a process running this sidecar holds beyond what the runtime counts (arena +
+    # outside it): the sidecar and NCNN's Net in memory, code pages, thread stacks; measured by
+    # prepare in a fresh process (overhead.py), so every plan leaves room for it too
+    uncounted_rss_bytes: int = 0
+
+    @property
+    def reserved_bytes(self) -> int:
+        """What every plan of this sidecar leaves beside the arena and its margin (`reserved=`)."""
+        return self.outside_bytes + self.uncounted_rss_bytes
 
     def model_files(self, sidecar_path: Path) -> tuple[Path, Path]:
         """The sliced model's .param and .bin, resolved against the sidecar's folder."""
@@ -164,6 +175,7 @@ class Sidecar:
             "plan": self.plan.to_dict(),
             "ladder": [p.to_dict() for p in self.ladder],
             "outside_bytes": self.outside_bytes,
+            "uncounted_rss_bytes": self.uncounted_rss_bytes,
         }
 
     @staticmethod
@@ -174,7 +186,8 @@ class Sidecar:
             raise UserError(f"schema is {d.get('schema')!r}, not {SCHEMA!r}: this is not a FlexNN plan sidecar")
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
-            raise UserError(f"schema_version {version!r} is not supported (this flexnn_ncnn reads {SCHEMA_VERSION}): re-plan the model")
+            raise UserError(f"schema_version {version!r} is not supported (this flexnn_ncnn reads {SCHEMA_VERSION}, "
+                            f"which records uncounted_rss_bytes): prepare the model again")
         known = {"schema", "schema_version", *(f.name for f in fields(Sidecar))}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -191,7 +204,8 @@ class Sidecar:
             profile=Profile.from_dict(_field(d, "profile", dict, "sidecar")),
             plan=Plan.from_dict(_field(d, "plan", dict, "sidecar")),
             ladder=tuple(Plan.from_dict(p, f"ladder[{i}]") for i, p in enumerate(_field(d, "ladder", list, "sidecar"))),
-            outside_bytes=_field(d, "outside_bytes", int, "sidecar"),
+            outside_bytes=_field(d, "outside_bytes", int, "sidecar", at_least=0),
+            uncounted_rss_bytes=_field(d, "uncounted_rss_bytes", int, "sidecar", at_least=0),
         )
 
     def validate(self) -> None:

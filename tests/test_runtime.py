@@ -109,10 +109,12 @@ def prepared(m: ModelCase, folder: Path, budget: int = 1 << 30) -> tuple[Path, s
 
 
 def budgets_for(content: sidecar.Sidecar) -> dict[str, int]:
-    """Generous (everything fits pinned), tightest feasible, and one between."""
+    """Generous (everything fits pinned), tightest feasible, and one between; each leaves the sidecar's
+    reservation beside the arena."""
     profile = content.profile
-    tightest = planning.min_feasible_budget(profile) + ARENA_MARGIN
-    generous = 2 * sum(t.size + 64 for t in profile.tensors) + ARENA_MARGIN
+    beside = ARENA_MARGIN + content.reserved_bytes
+    tightest = planning.min_feasible_budget(profile) + beside
+    generous = 2 * sum(t.size + 64 for t in profile.tensors) + beside
     return {"generous": generous, "middle": (tightest + generous) // 2, "tightest": tightest}
 
 
@@ -311,8 +313,8 @@ def test_allocations_outside_any_plan_are_left_room_for(zoo_exports, tmp_path: P
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     content = prepare_model(model.param, model.bin, None, {graph.inputs[0]: shape}, RuntimeOptions(threads=2))
     assert content.outside_bytes > 0
-    tightest = planning.min_feasible_budget(content.profile) + ARENA_MARGIN + content.outside_bytes
-    assert content.plan.budget == tightest and content.plan.arena_bytes <= tightest - ARENA_MARGIN - content.outside_bytes
+    tightest = planning.min_feasible_budget(content.profile) + ARENA_MARGIN + content.reserved_bytes
+    assert content.plan.budget == tightest and content.plan.arena_bytes <= tightest - ARENA_MARGIN - content.reserved_bytes
     path = tmp_path / "vit.flexnn.plan.json"
     write_plan_file(content, path)
     session = Session(path, threads=2)

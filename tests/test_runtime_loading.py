@@ -135,7 +135,7 @@ def test_direct_io_equals_stock_and_the_budget_holds_its_window(name: str, direc
     infeasible, and the window is in the counted memory of every run."""
     m, path, budgets = direct_case(name, direct_folder)
     session = Session(path, direct_io=True)
-    window = session.reserved_outside_bytes
+    window = session.reserved_bytes - session.sidecar.reserved_bytes
     assert 0 < window <= WINDOW_MAX and window % 4096 == 0
     tightest = budgets["tightest"] + window
     for budget in (budgets["generous"] + window, tightest):
@@ -163,7 +163,7 @@ def test_direct_io_reads_a_layer_larger_than_its_window(direct_folder: Path) -> 
     m = ModelCase("wide", param, bin_, x, stock_output(param, bin_, x))
     path, content = prepared(m, folder)
     session = Session(path, budget=budgets_for(content)["tightest"] + WINDOW_MAX, direct_io=True)
-    assert session.reserved_outside_bytes == WINDOW_MAX
+    assert session.reserved_bytes == WINDOW_MAX + content.reserved_bytes
     for _ in range(2):
         assert_close(session.run({"data": x})["output"], m.ref)
 
@@ -171,7 +171,7 @@ def test_direct_io_reads_a_layer_larger_than_its_window(direct_folder: Path) -> 
 def test_direct_io_reports_a_truncated_bin(direct_folder: Path) -> None:
     m, path, budgets = direct_case("mlp", direct_folder)
     session = Session(path, direct_io=True)
-    session.set_budget(budgets["tightest"] + session.reserved_outside_bytes)
+    session.set_budget(budgets["tightest"] + session.reserved_bytes - session.sidecar.reserved_bytes)
     assert_close(session.run({"data": m.x})["output"], m.ref)
     with open(m.bin, "r+b") as f:
         f.truncate(m.bin.stat().st_size // 2)  # inside fc2, which the tightest plan streams

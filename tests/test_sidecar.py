@@ -84,6 +84,8 @@ def test_truncated_or_invalid_json_is_a_user_error(saved: tuple[sidecar.Sidecar,
     (lambda d: d["schedule"]["ranges"][1].pop(), r"schedule.ranges\[1\] must be a \[begin, end\) pair"),
     (lambda d: d["schedule"]["order"].pop(), "profile.layers has 6 steps, the schedule 5"),
     (lambda d: d["target"].pop("winograd"), "target.winograd is missing"),
+    (lambda d: d.pop("uncounted_rss_bytes"), "sidecar.uncounted_rss_bytes is missing"),
+    (lambda d: d.update(uncounted_rss_bytes=-1), "sidecar.uncounted_rss_bytes is -1, less than 0"),
 ])
 def test_a_malformed_field_is_named(saved: tuple[sidecar.Sidecar, Path], edit, message: str) -> None:
     _, path = saved
@@ -92,6 +94,26 @@ def test_a_malformed_field_is_named(saved: tuple[sidecar.Sidecar, Path], edit, m
     path.write_text(json.dumps(data))
     with pytest.raises(UserError, match=message):
         sidecar.load(path)
+
+
+def test_a_version_4_sidecar_is_refused_in_one_line_naming_what_it_lacks(saved: tuple[sidecar.Sidecar, Path]) -> None:
+    """Schema 4 had no uncounted_rss_bytes: its plans leave no room for the resident memory the runtime
+    does not count, so it is refused, not read with a default."""
+    _, path = saved
+    data = json.loads(path.read_text())
+    data["schema_version"] = 4
+    del data["uncounted_rss_bytes"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(UserError) as info:
+        sidecar.load(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "schema_version 4 is not supported (this flexnn_ncnn reads 5, which records uncounted_rss_bytes)" in message
+
+
+def test_reserved_bytes_are_outside_bytes_and_the_uncounted_rss() -> None:
+    sc = dataclasses.replace(chain_sidecar(), outside_bytes=4096, uncounted_rss_bytes=3_000_000)
+    assert sc.reserved_bytes == 3_004_096
 
 
 def test_a_corrupted_plan_is_refused_with_the_checkers_reason(saved: tuple[sidecar.Sidecar, Path]) -> None:

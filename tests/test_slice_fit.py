@@ -1,17 +1,21 @@
 """`slice` for the host target prepares and plans each slicing, tightening and retrying until the
 prepared profile plans within the budget (slicing/fit.py), on a real model (tiny ResNet-152).
 
-The budgets below were found by running the pipeline: without pre-transformed weights (layers
-transform on every load, so their profile holds the transforms' buffers) at 668,928 B the first
-slicing's profile needs more and a later one, sliced with that reserve, fits; with them (the
-default) at 650,000 B no slicing fits, and the smallest feasible budget named, 668,800 B (the fit
-loop confirms it), is feasible. They depend on the pinned NCNN, its patches and the slicer's cost model: if any changes,
-find them again with `-v` (the log shows attempts).
+Every budget leaves room beside the arena for the resident memory the runtime does not count (some
+4.9 MB for this model, which each prepare measures): the first slicing, whose limits count the whole
+budget, does not fit, and the next one, sliced for what the arena has, does. The budgets below were
+found by running the pipeline: without pre-transformed weights (layers transform on every load, so
+their profile holds the transforms' buffers) at 6,200,000 B the first slicing's plan needs some
+0.8 MB more and the second fits; with them (the default) at 650,000 B no slicing fits, and the error
+names a budget the fit loop confirmed (some 5.8 MB). They depend on the pinned NCNN, its patches,
+the slicer's cost model and this machine's resident memory: if any changes, find them again with
+`-v` (the log shows attempts).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -20,9 +24,10 @@ import pytest
 from flexnn_ncnn import Session
 from helpers import assert_close, assert_user_error, run_module, stock_output
 
-RETRY_FITS = 668_928  # --no-pretransform
+RETRY_FITS = 6_200_000  # --no-pretransform
 NO_FIT = 650_000
-SMALLEST_FOUND = 668_800
+# a later prepare measures the uncounted RSS again: it differs by some 10 KB between processes
+RSS_NOISE = 256 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +60,11 @@ def test_an_infeasible_first_slicing_is_tightened_until_the_plan_fits(model, tmp
 def test_no_fitting_slicing_names_a_feasible_budget_and_writes_nothing(model, tmp_path: Path) -> None:
     param, shape, _ = model
     proc = run_module("slice", str(param), "--budget", str(NO_FIT), "--input-shape", shape, "-o", str(tmp_path / "no"))
-    assert_user_error(proc, "infeasible", f"{SMALLEST_FOUND:,} B")
+    line = assert_user_error(proc, "infeasible", "the smallest feasible budget is ")
     assert not (tmp_path / "no").exists() or not any((tmp_path / "no").iterdir())
+    smallest = int(re.search(r"the smallest feasible budget is ([\d,]+) B", line)[1].replace(",", ""))
+    assert smallest > NO_FIT
 
-    proc = run_module("slice", str(param), "--budget", str(SMALLEST_FOUND), "--input-shape", shape, "-o", str(tmp_path / "yes"))
+    proc = run_module("slice", str(param), "--budget", str(smallest + RSS_NOISE), "--input-shape", shape, "-o", str(tmp_path / "yes"))
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "yes" / "resnet152.flexnn.plan.json").exists()

@@ -96,7 +96,7 @@ def test_pretransformed_layers_equal_stock_ncnn_from_generous_to_tightest(name: 
     path = prepared(w)
     session = Session(path)
     assert session.sidecar.model.transformed == transformed_path(w.param).name
-    tightest = planning.min_feasible_budget(session.profile) + ARENA_MARGIN + session.reserved_outside_bytes
+    tightest = planning.min_feasible_budget(session.profile) + ARENA_MARGIN + session.reserved_bytes
     for budget in (None, tightest):
         if budget:
             session.set_budget(budget)
@@ -125,7 +125,7 @@ def test_loads_read_transformed_weights_not_raw_ones(name: str, tmp_path: Path) 
             data[begin + 4:end] = bytes(end - begin - 4)
         with open(written.bin, "r+b") as f:  # in place: the runtime's descriptor sees it
             f.write(data)
-        session.set_budget(planning.min_feasible_budget(session.profile) + ARENA_MARGIN + session.reserved_outside_bytes)
+        session.set_budget(planning.min_feasible_budget(session.profile) + ARENA_MARGIN + session.reserved_bytes)
     assert_close(with_file.run({"data": w.x})["output"], ref)
     got = without.run({"data": w_raw.x})["output"]
     assert np.abs(got - ref).max() > RTOL * np.abs(ref).max()

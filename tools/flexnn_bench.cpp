@@ -18,7 +18,9 @@
 //     loops=8 warmup=4 threads=1 loader=any|little|middle|big input=data output=output
 //
 // Output: {"mode", "budget", "latency_us": {"min", "median", "max"}, "arena_bytes", "outside_arena_bytes",
-// "vm_hwm_minus_idle_bytes", "load_wait_us_median"}. Errors: one "error: ..." line, exit 1.
+// "uncounted_rss_bytes", "vm_hwm_minus_idle_bytes", "load_wait_us_median"}; uncounted_rss_bytes: what the
+// process held beyond the runtime's count in a first inference, which the plan run leaves room for
+// (0 for stock / direct). Errors: one "error: ..." line, exit 1.
 #include "planner/planner.h"
 #include "runtime/executor.h"
 #include "runtime/npy.h"
@@ -121,7 +123,7 @@ int main(int argc, char** argv)
     const std::vector<std::string> outputs = {args["output"]};
 
     std::vector<double> latencies, waits;
-    uint64_t arena = 0, outside = 0;
+    uint64_t arena = 0, outside = 0, uncounted_rss = 0;
     flexnn::NamedMats last_outputs;
     if (mode == "stock" || mode == "direct")
     {
@@ -167,19 +169,37 @@ int main(int argc, char** argv)
         // the budget holds the arena, its margin, what the executor keeps outside the arena, and what
         // prepare saw requested outside any plan (OpenMP workers inside a layer)
         const uint64_t beside_arena = kArenaMargin + executor->reserved_outside_bytes() + prepared.outside_bytes;
+        const uint64_t smallest = flexnn::min_feasible_budget(prepared.profile, flexnn::PlannerOptions()); // the arena's
+        if (!smallest)
+            return fail("the planner found no feasible budget for this model");
         if (args["budget"] == "min")
-        {
-            const uint64_t smallest = flexnn::min_feasible_budget(prepared.profile, flexnn::PlannerOptions());
-            if (!smallest)
-                return fail("the planner found no feasible budget for this model");
             budget = smallest + beside_arena;
-        }
         if (budget <= beside_arena)
             return fail("budget " + std::to_string(budget) + " B leaves no room for an arena beside " + std::to_string(beside_arena)
                         + " B (margin, O_DIRECT window, allocations outside any plan)");
         s = executor->set_budget(budget - beside_arena, flexnn::PlannerOptions());
         if (!s.ok())
             return fail(s.message());
+        // what this process holds beyond the runtime's count (code, NCNN's Net, thread stacks, what
+        // prepare left), measured by one inference at that plan as prepare measures it for a sidecar
+        // (flexnn_ncnn/overhead.py); the plan then run leaves room for it too
+        flexnn::RunStats first;
+        s = executor->run(inputs, last_outputs, first);
+        if (!s.ok())
+            return fail(s.message());
+        const uint64_t counted = executor->arena_bytes() + first.outside_peak_bytes;
+        const uint64_t peak = status_bytes("VmHWM") - idle_rss;
+        uncounted_rss = peak > counted ? peak - counted : 0;
+        if (args["budget"] == "min")
+            budget += uncounted_rss;
+        if (budget < smallest + beside_arena + uncounted_rss)
+            return fail("budget " + std::to_string(budget) + " B is infeasible beside " + std::to_string(beside_arena + uncounted_rss)
+                        + " B outside the arena (" + std::to_string(uncounted_rss) + " B of it resident but not counted by the "
+                        "runtime); the smallest feasible budget is " + std::to_string(smallest + beside_arena + uncounted_rss) + " B");
+        s = executor->set_budget(budget - beside_arena - uncounted_rss, flexnn::PlannerOptions());
+        if (!s.ok())
+            return fail(s.message());
+        std::ofstream("/proc/self/clear_refs") << "5"; // the peak of the runs at the plan they run
         for (int i = 0; i < warmup + loops; i++)
         {
             flexnn::RunStats stats;
@@ -206,9 +226,11 @@ int main(int argc, char** argv)
             return fail(s.message());
     }
     printf("{\"mode\": \"%s\", \"budget\": %llu, \"latency_us\": {\"min\": %.1f, \"median\": %.1f, \"max\": %.1f}, \"arena_bytes\": %llu, "
-           "\"outside_arena_bytes\": %llu, \"vm_hwm_minus_idle_bytes\": %lld, \"load_wait_us_median\": %.1f}\n",
+           "\"outside_arena_bytes\": %llu, \"uncounted_rss_bytes\": %llu, \"vm_hwm_minus_idle_bytes\": %lld, "
+           "\"load_wait_us_median\": %.1f}\n",
            mode.c_str(), (unsigned long long)budget, *std::min_element(latencies.begin(), latencies.end()), median(latencies),
            *std::max_element(latencies.begin(), latencies.end()), (unsigned long long)arena, (unsigned long long)outside,
+           (unsigned long long)uncounted_rss,
            (long long)hwm - (long long)idle_rss, median(waits));
     return 0;
 }

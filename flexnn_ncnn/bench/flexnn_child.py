@@ -113,10 +113,10 @@ def plan_for(mode: str, budget: int | None, prepared: Path) -> tuple[Path, sidec
     content = sidecar.load(prepared)
     start = time.perf_counter()
     if mode != "swapnet":
-        planning.plan_for_budget(content.profile, content.plan.budget, reserved=content.outside_bytes)
+        planning.plan_for_budget(content.profile, content.plan.budget, reserved=content.reserved_bytes)
         return prepared, content, (time.perf_counter() - start) * 1e3
     assert budget is not None
-    plan = swapnet.swapnet_plan(content.profile, budget, reserved=content.outside_bytes)
+    plan = swapnet.swapnet_plan(content.profile, budget, reserved=content.reserved_bytes)
     plan_ms = (time.perf_counter() - start) * 1e3
     content = sidecar.with_plans(content, plan, ())
     path = prepared.with_name(prepared.name.removesuffix(sidecar.SUFFIX) + f".swapnet{sidecar.SUFFIX}")

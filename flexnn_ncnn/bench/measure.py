@@ -23,30 +23,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..cli import UserError, add_logging_args, run_main, setup_logging
+from ..process_memory import reset_peak_rss, status_bytes
 from .configs import STOCK_CONFIGS, StockOptions
 
 FP16_FLAGS = ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic", "use_bf16_storage", "use_bf16_packed")
-
-
-def status_bytes(field: str, pid: int | str = "self") -> int:
-    """A `VmRSS`/`VmHWM` line of /proc/PID/status in bytes; 0 once the process is gone."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    for line in text.splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def reset_peak_rss() -> bool:
-    """Restart VmHWM from the current RSS (Linux clear_refs 5); False where the kernel refuses."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
 
 
 def model_inputs(description: dict[str, Any], seed: int) -> dict[str, np.ndarray]:

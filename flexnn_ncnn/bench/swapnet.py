@@ -85,7 +85,7 @@ def _activation_layout(profile: Profile) -> tuple[dict[int, int], int]:
 
 def swapnet_plan(profile: Profile, budget: int, reserved: int = 0) -> Plan:
     """The block-streaming plan for a runtime budget: its arena plus ARENA_MARGIN plus `reserved` (what
-    the runtime holds outside the arena: the sidecar's outside_bytes) fit in `budget`.
+    the runtime's process holds beside the arena: the sidecar's reserved_bytes) fit in `budget`.
 
     Raises InfeasibleBudget naming the smallest budget this layout accepts: the activation region
     beside every weight, or beside two regions each holding the largest layer's weights, whichever

@@ -2,9 +2,13 @@
 
 The slicer's per-layer costs (analysis.py) estimate what NCNN will allocate; the profile that
 prepare records is what it does allocate (transformed weights, layout conversions, live
-activations). When the plan for the budget is infeasible, every layer's limit is lowered by the
-shortfall (the slicer's `reserve`) and the model is sliced again, until the plan fits, the slicer
-cannot cut further, or the shortfall stops shrinking. The smallest feasible budget an attempt's plan
+activations), and prepare measures what the budget must leave beside the arena (allocations outside
+it, the resident memory the runtime does not count). When the plan for the budget is infeasible,
+every layer's limit is lowered by the shortfall (the slicer's `reserve`) and the model is sliced
+again, until the plan fits, the slicer cannot cut further, or the shortfall stops shrinking. The
+first attempt's limits count the whole budget: when the shortfall stops shrinking while the reserve
+is below what the budget leaves beside the arena (the limits did not bind), the reserve is raised to
+that and the model sliced once more. The smallest feasible budget an attempt's plan
 reports holds for that attempt's slicing, and the slicing made for that budget may differ: the error
 names one the same loop was confirmed to fit (or, when none was within the attempts, the last
 one found). No hand-set caps: every limit derives from the budget.
@@ -71,8 +75,13 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
             smallest = min(smallest or e.min_feasible_budget, e.min_feasible_budget)
             shortfall = e.min_feasible_budget - budget
             log.info("attempt %d (reserve %s): the plan needs %s more", attempt, format_size(reserve), format_size(shortfall))
-            if shortfall_before is not None and shortfall >= shortfall_before:
+            if shortfall_before is None or shortfall < shortfall_before:
+                reserve += shortfall
+            elif reserve < e.beside_arena:
+                # the limits, which count the whole budget, did not bind: slice for what the arena has,
+                # the budget less what the runtime holds beside it (margin, outside it, uncounted RSS)
+                reserve = e.beside_arena
+            else:
                 break  # slicing tighter no longer helps: the rest is activations or fixed buffers
             shortfall_before = shortfall
-            reserve += shortfall
     return None, smallest

@@ -1,45 +1,34 @@
 #include "runtime/model.h"
 
+#include "runtime/heap_policy.h"
+
 #include <datareader.h>
 #include <layer_type.h>
-#include <paramdict.h>
 
-#include <cstdio>
+#include <fstream>
+#include <sstream>
 
 namespace flexnn {
 
 namespace {
 
-// ParamDict's parser is NCNN's, reachable from a subclass only.
-class ParamDictReader : public ncnn::ParamDict
+// Each layer's param text, read again from the .param the Net already accepted (the Net keeps only
+// the layers built from them; a PlannedLayer parses its text again on every load) and checked by
+// parsing it once here.
+Status read_layer_params(const std::string& path, int layer_count, std::vector<std::string>& params)
 {
-public:
-    int read(const ncnn::DataReader& dr)
-    {
-        return load_param(dr);
-    }
-};
-
-struct FileCloser
-{
-    void operator()(FILE* f) const
-    {
-        fclose(f);
-    }
-};
-
-// Each layer's ParamDict, read again from the text .param the Net already accepted (the Net keeps
-// only the layers built from them; a PlannedLayer rebuilds its layer from the dict on every load).
-Status read_param_dicts(const std::string& path, int layer_count, std::vector<ParamDictReader>& dicts)
-{
-    std::unique_ptr<FILE, FileCloser> fp(fopen(path.c_str(), "rb"));
-    if (!fp)
-        return Status::error("cannot open " + path);
-    ncnn::DataReaderFromStdio dr(fp.get());
+    std::ifstream file(path, std::ios::binary);
+    std::stringstream contents;
+    contents << file.rdbuf();
+    if (!file)
+        return Status::error("cannot read " + path);
+    const std::string text = contents.str();
+    const unsigned char* mem = reinterpret_cast<const unsigned char*>(text.c_str());
+    ncnn::DataReaderFromMemory dr(mem);
     int magic = 0, layers = 0, blobs = 0;
     if (dr.scan("%d", &magic) != 1 || dr.scan("%d", &layers) != 1 || dr.scan("%d", &blobs) != 1 || layers != layer_count)
         return Status::error(path + ": cannot read the layer count again");
-    dicts.resize(layer_count);
+    params.resize(layer_count);
     for (int i = 0; i < layer_count; i++)
     {
         char type[256], name[256], blob[256];
@@ -50,8 +39,12 @@ Status read_param_dicts(const std::string& path, int layer_count, std::vector<Pa
         for (int j = 0; j < bottom_count + top_count; j++)
             if (dr.scan("%255s", blob) != 1)
                 return Status::error(path + ": cannot read the blobs of layer " + std::to_string(i) + " again");
-        if (dicts[i].read(dr) != 0)
+        // the params run up to the next layer's type, which their reader stops at without consuming it
+        const unsigned char* begin = mem;
+        LayerParams pd;
+        if (pd.read(dr) != 0)
             return Status::error(path + ": cannot read the params of layer " + std::to_string(i) + " again");
+        params[i].assign(reinterpret_cast<const char*>(begin), reinterpret_cast<const char*>(mem));
     }
     return Status();
 }
@@ -67,12 +60,13 @@ Model::~Model()
 Status Model::open(const std::string& param_path, const std::string& bin_path, const ncnn::Option& opt, ComputeHooks* hooks,
                    bool direct_io)
 {
+    fix_malloc_thresholds();
     net_.opt = opt;
     net_.opt.use_vulkan_compute = false;
     if (net_.load_param(param_path.c_str()) != 0)
         return Status::error("cannot load " + param_path);
-    std::vector<ParamDictReader> dicts;
-    Status s = read_param_dicts(param_path, layer_count(), dicts);
+    std::vector<std::string> params;
+    Status s = read_layer_params(param_path, layer_count(), params);
     if (!s.ok())
         return s;
 
@@ -86,7 +80,7 @@ Status Model::open(const std::string& param_path, const std::string& bin_path, c
             return Status::error("layer " + stock->name + ": custom layer type " + stock->type + " is not supported");
         if (stock->featmask != 0)
             return Status::error("layer " + stock->name + ": per-layer feature masks (param 31) are not supported");
-        layers[i] = new PlannedLayer(*stock, dicts[i], i, hooks);
+        layers[i] = new PlannedLayer(*stock, std::move(params[i]), i, hooks);
         delete stock; // built by create_layer_cpu, never loaded: nothing registered to destroy it
     }
     return weights_.open(bin_path, direct_io);

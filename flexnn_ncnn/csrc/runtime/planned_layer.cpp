@@ -1,6 +1,11 @@
 #include "runtime/planned_layer.h"
 
+#include "runtime/thread_allocator_scope.h"
 #include "runtime/transformed_weights.h"
+
+#include <datareader.h>
+
+#include <utility>
 
 namespace flexnn {
 
@@ -30,8 +35,23 @@ uint32_t layer_flags(const ncnn::Layer& layer)
            | (layer.support_batch ? kBatch : 0u);
 }
 
-PlannedLayer::PlannedLayer(const ncnn::Layer& stock, const ncnn::ParamDict& pd, int layer_index, ComputeHooks* hooks)
-    : pd_(pd), layer_index_(layer_index), hooks_(hooks)
+int LayerParams::read(const ncnn::DataReader& dr)
+{
+    ThreadAllocatorScope heap(nullptr);
+    return load_param(dr);
+}
+
+Status LayerParams::parse(const std::string& text, const std::string& layer_name)
+{
+    const unsigned char* mem = reinterpret_cast<const unsigned char*>(text.c_str());
+    ncnn::DataReaderFromMemory dr(mem);
+    if (read(dr) != 0)
+        return Status::error("layer " + layer_name + ": cannot read its params '" + text + "'");
+    return Status();
+}
+
+PlannedLayer::PlannedLayer(const ncnn::Layer& stock, std::string params, int layer_index, ComputeHooks* hooks)
+    : params_(std::move(params)), layer_index_(layer_index), hooks_(hooks)
 {
     typeindex = stock.typeindex;
     type = stock.type;
@@ -83,7 +103,11 @@ Status PlannedLayer::load(const ncnn::ModelBin& mb, const ncnn::Option& opt, ncn
     layer->bottom_shapes = bottom_shapes;
     layer->top_shapes = top_shapes;
     layer->featmask = featmask;
-    if (layer->load_param(pd_) != 0)
+    LayerParams pd;
+    Status s = pd.parse(params_, name);
+    if (!s.ok())
+        return s;
+    if (layer->load_param(pd) != 0)
         return Status::error("layer " + name + ": load_param failed");
     TransformedStoreScope scope(store);
     if (layer->load_model(mb) != 0)

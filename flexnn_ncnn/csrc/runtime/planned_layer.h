@@ -3,12 +3,14 @@
 
 #include "runtime/status.h"
 
+#include <datareader.h>
 #include <layer.h>
 #include <modelbin.h>
 #include <paramdict.h>
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace flexnn {
 
@@ -25,8 +27,19 @@ public:
 // The support_* / one_blob_only flags NCNN reads from a layer to convert its inputs, as bits.
 uint32_t layer_flags(const ncnn::Layer& layer);
 
+// A layer's params parsed by NCNN's own reader from their .param text ("0=64 1=3 -23303=2,1,2").
+// Array params are Mats: they come from the heap, never from the thread's default allocator.
+class LayerParams : public ncnn::ParamDict
+{
+public:
+    // from `dr` up to the next layer's type, which it stops at without consuming; 0 on success
+    int read(const ncnn::DataReader& dr);
+    Status parse(const std::string& text, const std::string& layer_name);
+};
+
 // Stands in the Net for one layer, so that the runtime decides when its weights exist. It holds
-// the layer's ParamDict and builds the real (arch-optimised) layer afresh on every load: load_param,
+// the text of the layer's params (a parsed ParamDict is some 3.6 KB per layer, the text tens of
+// bytes) and builds the real (arch-optimised) layer afresh on every load: its params parsed, load_param,
 // load_model from a ModelBin, create_pipeline, all on the calling thread, so Mats created without
 // an allocator land wherever that thread's default allocator (ncnn_patches/0001) puts them, and
 // transformed weights come from (or go to) the thread's store (ncnn_patches/0003).
@@ -36,7 +49,8 @@ uint32_t layer_flags(const ncnn::Layer& layer);
 class PlannedLayer : public ncnn::Layer
 {
 public:
-    PlannedLayer(const ncnn::Layer& stock, const ncnn::ParamDict& pd, int layer_index, ComputeHooks* hooks);
+    // params: the layer's param text, which LayerParams::parse accepted
+    PlannedLayer(const ncnn::Layer& stock, std::string params, int layer_index, ComputeHooks* hooks);
     ~PlannedLayer() override;
 
     // Net::clear() calls this: drop the real layer
@@ -56,7 +70,7 @@ public:
     void set_flags(uint32_t flags);
 
 private:
-    const ncnn::ParamDict pd_;
+    const std::string params_;
     const int layer_index_;
     ComputeHooks* const hooks_;
     std::unique_ptr<ncnn::Layer> real_;

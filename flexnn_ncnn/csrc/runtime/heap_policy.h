@@ -1,0 +1,18 @@
+#ifndef FLEXNN_HEAP_POLICY_H
+#define FLEXNN_HEAP_POLICY_H
+
+namespace flexnn {
+
+// glibc's malloc raises its mmap threshold (up to 32 MiB) each time a mapped block is freed; blocks
+// under the raised threshold then come from the brk heap, whose freed pages stay resident and
+// fragment. How far it was raised depends on everything the process freed before, so the resident
+// memory a model adds would too. Fixing the thresholds at glibc's defaults keeps every large block
+// mapped and unmapped on free: a model's peak RSS over idle is then the same in the process prepare
+// measures it in and in every process that runs its plan. No-op without glibc.
+// Loading the runtime (the Python module, a device binary) fixes them before anything else runs;
+// opening a model fixes them again.
+void fix_malloc_thresholds();
+
+} // namespace flexnn
+
+#endif // FLEXNN_HEAP_POLICY_H

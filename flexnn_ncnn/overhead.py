@@ -1,0 +1,88 @@
+"""`python -m flexnn_ncnn.overhead PLAN.json --input NAME=C,H,W`: the resident memory a Session holds
+beyond what its runtime counts; prints one JSON line.
+
+The budget holds for memory (b) too (DESIGN.md §4): the peak RSS of the inference process over its RSS
+before the model is loaded. The runtime counts memory (a), its arena and what it serves outside it;
+the rest of (b) — the sidecar and its profile in Python, NCNN's Net and every layer's params, the
+runtime's code and tables, thread stacks — is measured here the way the benchmark measures (b)
+(bench/flexnn_child.py): in a fresh process, the Python modules imported and the inputs written
+first, VmHWM reset to the current RSS, then a Session on the sidecar (which loads the native runtime)
+and one inference. Free heap pages are returned to the OS before the idle RSS is read, so
+nothing resident before can be reused for free: a process with more history (the benchmark's child)
+holds at most as much. `uncounted_rss_bytes` = max(0, peak RSS over idle − counted bytes); prepare
+stores it in the sidecar and every plan leaves room for it (Sidecar.reserved_bytes).
+
+JSON line: peak_rss_over_idle_bytes, counted_bytes, uncounted_rss_bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .cli import UserError, add_logging_args, run_main, setup_logging
+from .process_memory import release_free_heap, reset_peak_rss, status_bytes
+from .session import Session
+
+log = logging.getLogger(__name__)
+
+
+def _parse_input(text: str) -> tuple[str, tuple[int, ...]]:
+    name, _, dims = text.rpartition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split(","))
+    except ValueError:
+        shape = ()
+    if not name or not shape or min(shape) < 1:
+        raise UserError(f"--input {text!r} is not NAME=D0,D1,... with positive dimensions")
+    return name, shape
+
+
+def measure_here(plan_path: Path, input_shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """Open a Session on `plan_path` in this process and run it once: peak RSS over idle, counted bytes
+    and their difference (see the module's docstring). Call it in a process that ran no model yet."""
+    # made as the benchmark makes its inputs (bench/measure.py model_inputs), before the idle RSS
+    rng = np.random.default_rng(0)
+    inputs = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in input_shapes.items()}
+    release_free_heap()
+    idle = status_bytes("VmRSS")
+    if not reset_peak_rss():
+        log.warning("cannot reset the peak RSS: the measured overhead includes the interpreter's start-up peak")
+    session = Session(plan_path)
+    session.run(inputs)
+    peak = status_bytes("VmHWM") - idle
+    counted = int(session.stats()["counted_bytes"])
+    return {"peak_rss_over_idle_bytes": peak, "counted_bytes": counted, "uncounted_rss_bytes": max(0, peak - counted)}
+
+
+def measure_in_child(plan_path: Path, input_shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """measure_here in a fresh interpreter (this process has run models already), its JSON line parsed."""
+    args = [f"--input={name}={','.join(map(str, shape))}" for name, shape in input_shapes.items()]
+    proc = subprocess.run([sys.executable, "-m", "flexnn_ncnn.overhead", str(plan_path), *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        last = next((l for l in reversed(proc.stderr.splitlines()) if l.strip()), f"exit code {proc.returncode}")
+        raise UserError(f"measuring the runtime's uncounted memory on {plan_path}: {last.removeprefix('error: ')}")
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.overhead", description=__doc__.split("\n\n")[0])
+    parser.add_argument("sidecar", type=Path, metavar="PLAN.json", help="a plan sidecar (never modified)")
+    parser.add_argument("--input", action="append", type=_parse_input, required=True, metavar="NAME=D0,D1,...",
+                        help="an input blob and its numpy shape (c,h,w), once per input")
+    add_logging_args(parser)
+    args = parser.parse_args(argv)
+    setup_logging(args.verbose)
+    print(json.dumps(measure_here(args.sidecar, dict(args.input))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(main))

@@ -1,0 +1,69 @@
+"""The resident memory the runtime does not count (flexnn_ncnn/overhead.py): prepare measures it in a
+fresh process, the sidecar carries it, and every plan made from the sidecar leaves room for it beside
+the arena and the allocations outside it. (Whether a run's peak RSS stays within the budget is the
+benchmark's report: RSS is the OS's measure, not asserted here.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flexnn_ncnn import planning, sidecar
+from flexnn_ncnn.planning import ARENA_MARGIN
+from flexnn_ncnn.prepare import prepare_model, write_plan_file
+from flexnn_ncnn.session import Session
+
+from helpers import assert_user_error, run_module
+from test_runtime import WRITERS
+
+
+@pytest.fixture(scope="module")
+def prepared_at_min(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, sidecar.Sidecar]:
+    folder = tmp_path_factory.mktemp("overhead")
+    param, bin_, _ = WRITERS["residual"](folder)
+    content = prepare_model(param, bin_, None)
+    path = folder / f"residual{sidecar.SUFFIX}"
+    write_plan_file(content, path)
+    return path, content
+
+
+def test_the_sidecar_carries_the_uncounted_rss_and_its_plan_leaves_room(prepared_at_min: tuple[Path, sidecar.Sidecar]) -> None:
+    path, content = prepared_at_min
+    assert content.uncounted_rss_bytes > 0  # at least the runtime's code, loaded with the session
+    assert content.reserved_bytes == content.outside_bytes + content.uncounted_rss_bytes
+    assert sidecar.load(path).uncounted_rss_bytes == content.uncounted_rss_bytes
+    smallest = planning.min_feasible_budget(content.profile) + ARENA_MARGIN + content.reserved_bytes
+    assert content.plan.budget == smallest
+    assert content.plan.arena_bytes + ARENA_MARGIN + content.reserved_bytes <= content.plan.budget
+
+
+def test_every_plan_made_from_the_sidecar_leaves_room(prepared_at_min: tuple[Path, sidecar.Sidecar], tmp_path: Path) -> None:
+    path, content = prepared_at_min
+    smallest = content.plan.budget
+    out = tmp_path / f"replanned{sidecar.SUFFIX}"
+    proc = run_module("plan", str(path), "--budget", str(smallest + 4096), "--ladder", f"{smallest},{2 * smallest}", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    replanned = sidecar.load(out)
+    assert replanned.uncounted_rss_bytes == content.uncounted_rss_bytes
+    for plan in (replanned.plan, *replanned.ladder):
+        assert plan.arena_bytes + ARENA_MARGIN + replanned.reserved_bytes <= plan.budget
+    # one byte less than the smallest budget fits the arena, but not the reservation beside it
+    assert_user_error(run_module("plan", str(path), "--budget", str(smallest - 1)), "the smallest feasible budget is")
+    session = Session(path)
+    assert session.reserved_bytes == content.reserved_bytes
+    with pytest.raises(planning.InfeasibleBudget) as info:
+        session.set_budget(smallest - 1)
+    assert info.value.min_feasible_budget == smallest
+
+
+def test_a_budget_below_the_reservation_names_the_smallest_feasible_one(prepared_at_min: tuple[Path, sidecar.Sidecar]) -> None:
+    _, content = prepared_at_min
+    with pytest.raises(planning.InfeasibleBudget) as info:
+        planning.plan_for_budget(content.profile, content.reserved_bytes, reserved=content.reserved_bytes)
+    assert info.value.min_feasible_budget == content.plan.budget
+
+
+def test_the_measuring_cli_refuses_a_malformed_input(prepared_at_min: tuple[Path, sidecar.Sidecar]) -> None:
+    path, _ = prepared_at_min
+    assert_user_error(run_module("overhead", str(path), "--input", "data=3,x"), "--input 'data=3,x' is not NAME=D0,D1,...")
