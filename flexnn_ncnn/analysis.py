@@ -12,6 +12,10 @@ formulas follow NCNN's x86/ARM convolution paths (paper §3.2):
 
 Weights slicing to `width` output channels/rows leaves one slice resident, and adds one output-sized
 buffer: the partial outputs are all alive when Concat writes the merged one.
+
+For the stream-aware kernel choice (slicing/streaming.py) a layer also has, per kernel, the bytes
+loading it reads (its transformed weights: (m+2)²/9 × the raw 3x3 weights for Winograd F(m,3), the
+raw size for the others) and its multiply-accumulates.
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ CONV_KERNELS = ("winograd63", "winograd43", "im2col_gemm", "direct")
 
 def _mat_bytes(c: int, plane: int) -> int:
     return c * ((plane * 4 + 15) // 16 * 16)
+
+
+def _winograd_m(kernel: str) -> int:
+    """Output tile size m of Winograd F(m,3)."""
+    return 6 if kernel == "winograd63" else 4
 
 
 @dataclass(frozen=True)
@@ -81,7 +90,7 @@ class ConvModel:
         concat = self.out_bytes if width < self.cout else 0
         outh, outw = self.out_hw
         if kernel.startswith("winograd"):
-            m = 6 if kernel == "winograd63" else 4
+            m = _winograd_m(kernel)
             th, tw = math.ceil(outh / m), math.ceil(outw / m)
             b = (m + 2) ** 2
             bordered = _mat_bytes(self.cin, (th * m + 2) * (tw * m + 2))
@@ -100,6 +109,20 @@ class ConvModel:
         if kernel != "im2col_gemm":
             return 1
         return max(1, self.pixels // min_tile_pixels)
+
+    def streamed_bytes(self, kernel: str) -> int:
+        """The whole layer's transformed weights (+ bias): what loading it reads from the pre-transformed file."""
+        per_row = self.cin * ((_winograd_m(kernel) + 2) ** 2 if kernel.startswith("winograd") else self.kh * self.kw)
+        return (per_row + int(self.bias)) * self.cout * 4
+
+    def macs(self, kernel: str) -> int:
+        """Multiply-accumulates of the whole layer: Winograd's in the transformed domain over whole output
+        tiles, the other kernels' Cin·k²·Cout per output pixel."""
+        if kernel.startswith("winograd"):
+            m = _winograd_m(kernel)
+            tiles = math.ceil(self.out_hw[0] / m) * math.ceil(self.out_hw[1] / m)
+            return (m + 2) ** 2 * tiles * self.cin * self.cout
+        return self.cin * self.kh * self.kw * self.cout * self.pixels
 
 
 @dataclass(frozen=True)
@@ -123,6 +146,9 @@ class MatrixModel:
     def max_tiles(self, kernel: str, min_tile_pixels: int) -> int:
         return 1
 
+    def streamed_bytes(self, kernel: str) -> int:
+        return (self.rows * (self.k + self.extra_per_row) + self.fixed) * 4
+
 
 @dataclass(frozen=True)
 class FixedModel:
@@ -143,6 +169,9 @@ class FixedModel:
 
     def max_tiles(self, kernel: str, min_tile_pixels: int) -> int:
         return 1
+
+    def streamed_bytes(self, kernel: str) -> int:
+        return self.weights
 
 
 CostModel = ConvModel | MatrixModel | FixedModel

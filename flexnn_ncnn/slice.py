@@ -8,6 +8,10 @@ and planned for the budget; when the plan does not fit, every layer's
 limit is tightened by the shortfall and the model sliced again, or the error names the smallest
 feasible budget found. With --analyze, prints the per-layer memory table instead.
 
+When part of the weights must be streamed on every inference, each Winograd layer is weighed against
+im2col+GEMM by estimated compute + streamed bytes / --stream-bandwidth (docs/SLICING.md; off with
+--no-stream-aware). --calibrate measures this machine's rates and bandwidth and prints the options.
+
 Budgets: 100MB is 10^6-based, 100MiB 2^20-based, a bare number is bytes.
 """
 
@@ -25,8 +29,10 @@ from .ncnn_model import (BlobShape, Graph, declared_input_shapes, infer_shapes, 
                          read_param)
 from .prepare import RuntimeOptions, prepare_model, transformed_path_for, write_plan_file
 from .slicing import TARGETS, SlicingResult, slice_model, target_for
+from .slicing.calibrate import calibrate
 from .slicing.fit import fit_to_budget
 from .slicing.slicer import write_sliced
+from .slicing.streaming import DEFAULT_BANDWIDTH, DEFAULT_GEMM_RATE, DEFAULT_WINOGRAD_RATE, StreamModel
 from .units import format_size, parse_size
 
 
@@ -69,6 +75,33 @@ def summary_table(result: SlicingResult) -> str:
         "\n(MiB; before = fastest kernel unsliced, after = one sub-layer as sliced; weights + intermediates)"
 
 
+def _compute_rates(text: str) -> tuple[float, float]:
+    """`winograd=G,im2col_gemm=G` (GMAC/s per computing thread) -> (winograd, im2col_gemm) in MAC/s."""
+    rates: dict[str, float] = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        try:
+            rates[name.strip()] = float(value) * 1e9
+        except ValueError:
+            rates[name.strip()] = 0.0
+    if set(rates) != {"winograd", "im2col_gemm"} or min(rates.values()) <= 0:
+        raise UserError(f"cannot read --compute-rates {text!r}: write winograd=G,im2col_gemm=G in GMAC/s per thread")
+    return rates["winograd"], rates["im2col_gemm"]
+
+
+def _stream_options(stream: StreamModel) -> str:
+    return (f"--stream-bandwidth {stream.bandwidth / 1e9:.2f}GB --compute-rates "
+            f"winograd={stream.winograd_rate / 1e9:.1f},im2col_gemm={stream.gemm_rate / 1e9:.1f}")
+
+
+def stream_line(result: SlicingResult) -> str:
+    if result.stream is None:
+        return "stream-aware kernel choice: off (kernels chosen by compute alone)"
+    return (f"stream-aware kernel choice: at least {result.streamed_share:.1%} of the weights streamed on every "
+            f"inference, loaded at {result.stream.bandwidth / 1e9:g} GB/s beside {result.stream.threads} computing "
+            f"thread(s)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.slice", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -83,12 +116,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="host: write no MODEL.flexnn.transformed (pre-transformed weights); every load transforms again")
     parser.add_argument("-o", "--outdir", type=Path, help="output directory (default: the .param's directory)")
     parser.add_argument("--analyze", action="store_true", help="print per-layer memory per candidate kernel; write nothing")
+    parser.add_argument("--stream-bandwidth", default=f"{DEFAULT_BANDWIDTH / 1e9:g}GB",
+                        help="bytes per second the loading thread copies streamed weights at (default %(default)s)")
+    parser.add_argument("--compute-rates",
+                        default=f"winograd={DEFAULT_WINOGRAD_RATE / 1e9:g},im2col_gemm={DEFAULT_GEMM_RATE / 1e9:g}",
+                        help="GMAC/s per computing thread of each kernel (default %(default)s)")
+    parser.add_argument("--no-stream-aware", action="store_true",
+                        help="choose kernels by compute alone, even when weights are streamed")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="host: measure this machine's --compute-rates and --stream-bandwidth on the model; write nothing")
     add_logging_args(parser)
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
 
     budget = parse_size(args.budget) if args.budget is not None else None
-    if budget is None and not args.analyze:
+    if budget is None and not (args.analyze or args.calibrate):
         raise UserError("--budget is required (e.g. --budget 100MB)")
     if budget is not None:
         print(f"budget: {format_size(budget)}")
@@ -113,23 +155,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.analyze:
         print(analysis_table(analyze(graph, shapes), shapes, budget))
         return 0
+    options = RuntimeOptions(threads=args.threads, pretransform=not args.no_pretransform)
+    if args.calibrate:
+        if target.name != "host":
+            raise UserError("--calibrate measures this machine: use --target host")
+        with tempfile.TemporaryDirectory(prefix="flexnn-calibrate-") as scratch:
+            found = calibrate(param, args.param, bin_path, graph, shapes, options, Path(scratch))
+        print(f"measured with {args.threads} computing thread(s), rates the median over {found.layers} "
+              f"Winograd-eligible convolutions:\n{_stream_options(found.stream)}")
+        return 0
 
     assert modelbin is not None and budget is not None
+    winograd_rate, gemm_rate = _compute_rates(args.compute_rates)
+    stream = None if args.no_stream_aware else \
+        StreamModel(float(parse_size(args.stream_bandwidth)), winograd_rate, gemm_rate, args.threads)
     outdir = args.outdir or args.param.parent
     stem = args.param.name.removesuffix(".param")
     outputs = [outdir / f"{stem}.flexnn.{suffix}" for suffix in ("param", "bin", "slicing.json", "plan.json")]
     for out in outputs:
         if out.resolve() in (args.param.resolve(), bin_path.resolve()):
             raise UserError(f"{out} would overwrite an input: choose another -o")
-    options = RuntimeOptions(threads=args.threads, pretransform=not args.no_pretransform)
     if target.name == "host":
         outdir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=outdir, prefix=f".{stem}.slicing-") as scratch:
-            result = fit_to_budget(param, modelbin, graph, shapes, budget, target, options, Path(scratch), progress=True)
+            result = fit_to_budget(param, modelbin, graph, shapes, budget, target, options, Path(scratch), progress=True,
+                                   stream=stream)
     else:
-        result = slice_model(param, modelbin, graph, shapes, budget, target, progress=True)
+        result = slice_model(param, modelbin, graph, shapes, budget, target, progress=True, stream=stream)
     out_param, out_bin, out_json = write_sliced(result, outdir, stem)
     print(summary_table(result))
+    print(stream_line(result))
     print(f"{len(result.sliced)} of {len(result.decisions)} conv/matrix layers sliced or re-kerneled for target "
           f"{target.name} (SIMD width {target.simd_width}); the slicer's own smallest budget {format_size(result.min_budget)}")
     print(f"wrote {out_param}, {out_bin}, {out_json}")

@@ -25,6 +25,7 @@ from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
 from ..prepare import RuntimeOptions, prepare_model
 from ..units import format_size
 from .slicer import SlicingResult, slice_model, write_sliced
+from .streaming import StreamModel
 from .target import Target
 
 log = logging.getLogger(__name__)
@@ -33,16 +34,17 @@ MAX_ATTEMPTS = 6
 
 
 def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
-                  target: Target, options: RuntimeOptions, scratch: Path, progress: bool = False) -> SlicingResult:
+                  target: Target, options: RuntimeOptions, scratch: Path, progress: bool = False,
+                  stream: StreamModel | None = None) -> SlicingResult:
     """The slicing whose prepared profile plans within `budget`; attempts are written to `scratch`."""
-    result, smallest = _fit(param, modelbin, graph, shapes, budget, target, options, scratch, progress)
+    result, smallest = _fit(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream)
     if result is not None:
         return result
     for _ in range(MAX_ATTEMPTS):
         if not smallest:
             break
         log.info("confirming that %s fits", format_size(smallest))
-        confirmed, found = _fit(param, modelbin, graph, shapes, smallest, target, options, scratch, progress)
+        confirmed, found = _fit(param, modelbin, graph, shapes, smallest, target, options, scratch, progress, stream)
         if confirmed is not None:
             break
         if not found or found <= smallest:
@@ -52,7 +54,8 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
 
 
 def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int, target: Target,
-         options: RuntimeOptions, scratch: Path, progress: bool) -> tuple[SlicingResult | None, int]:
+         options: RuntimeOptions, scratch: Path, progress: bool,
+         stream: StreamModel | None) -> tuple[SlicingResult | None, int]:
     """(the fitting slicing, 0), or (None, the smallest feasible budget any attempt's plan reported)."""
     input_shapes = {name: tuple(shapes[name].numpy()) for name in graph.inputs}
     reserve = 0
@@ -60,7 +63,7 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
     shortfall_before: int | None = None
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            result = slice_model(param, modelbin, graph, shapes, budget, target, reserve, progress)
+            result = slice_model(param, modelbin, graph, shapes, budget, target, reserve, progress, stream)
         except UserError:
             if not smallest:
                 raise

@@ -6,15 +6,20 @@ first, each with its own slicing: Winograd with weights slicing (fewest slices t
 with input slicing (as many tiles as SIMD efficiency allows, only when the whole im2col does not fit),
 direct with weights slicing; matrix layers (InnerProduct, constant-B Gemm) with weights slicing.
 Slice widths are multiples of the target's SIMD width.
+
+When part of the weights must be streamed on every inference (streaming.py), a Winograd decision is
+weighed against im2col+GEMM, whose transformed weights are the raw size (whole, input-sliced, or
+also weights-sliced): the cheaper estimate of compute plus that part of the layer's streamed bytes wins.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
-from ..analysis import Cost, FixedModel, LayerAnalysis
+from ..analysis import ConvModel, Cost, FixedModel, LayerAnalysis
+from .streaming import StreamModel
 from .target import Target
 
 # how each kernel cuts its layer: by output channels/rows, by im2col tiles, or not at all
@@ -99,3 +104,36 @@ def decide(a: LayerAnalysis, limit: int, target: Target) -> LayerDecision | None
         return LayerDecision(a.layer.name, a.layer.type, kernel, fastest, m.rows, width, tiles, limit, before,
                              cost, reason)
     return None
+
+
+def decide_streamed(a: LayerAnalysis, d: LayerDecision, target: Target, stream: StreamModel, share: float) -> LayerDecision:
+    """`d`, or im2col+GEMM (its first option within d.limit) when, with `share` of the weights streamed,
+    its estimated compute + loading is less than d's Winograd kernel's; the reason gives both estimates."""
+    m = a.model
+    if share <= 0 or not d.kernel.startswith("winograd"):
+        return d
+    assert isinstance(m, ConvModel)
+    option = next(((k, w, t) for k, w, t in _streamed_im2col_options(m, target) if m.cost(k, w, t).total <= d.limit),
+                  None)
+    if option is None:
+        return replace(d, reason=f"{d.reason}; im2col_gemm does not fit")
+    estimates = {k: (stream.compute_us(m, k), stream.load_us(m, k, share)) for k in (d.kernel, "im2col_gemm")}
+    keep, switch = (sum(estimates[k]) for k in (d.kernel, "im2col_gemm"))
+    why = f"{share:.1%} streamed: " + ", ".join(f"{k} {c / 1e3:.2f}+{l / 1e3:.2f} ms" for k, (c, l) in estimates.items()) + \
+        " (compute+load)"
+    if keep <= switch:
+        return replace(d, reason=f"{d.reason}; {why}")
+    kernel, width, tiles = option
+    cuts = [what for what, cut in (("weights", width < m.rows), ("input", tiles > 1)) if cut]
+    how = " and ".join(cuts) + " sliced" if cuts else "whole"
+    return replace(d, kernel=kernel, slice_width=width, tiles=tiles, after=m.cost(kernel, width, tiles),
+                   reason=f"{why}; {kernel} {how}")
+
+
+def _streamed_im2col_options(m: ConvModel, target: Target) -> Iterator[tuple[str, int, int]]:
+    """im2col+GEMM's options for a streamed layer, tried in order: whole, input-sliced, then also
+    weights-sliced (fewest slices, most tiles): its raw-size weights can then dominate the layer."""
+    tiles = m.max_tiles("im2col_gemm", target.min_tile_pixels)
+    yield "im2col_gemm", m.rows, 1
+    for width in slice_widths(m.rows, target.simd_width):
+        yield "im2col_gemm", width, tiles

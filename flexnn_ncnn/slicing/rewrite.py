@@ -60,12 +60,13 @@ def _sub_layer(layer: Layer, weights: LayerWeights, lo: int, hi: int, rows: int)
     return p, records
 
 
-def _record_kernel(layer: Layer, d: LayerDecision) -> Layer:
+def with_kernel(layer: Layer, kernel: str, tiles: int) -> Layer:
+    """`layer` recording `kernel` and `tiles` in param ids 26 and 27 when it is a Convolution."""
     if layer.type != "Convolution":
         return layer
     p = layer.params.copy()
-    p.set(KERNEL_PARAM_ID, KERNEL_CODES[d.kernel])
-    p.set(TILES_PARAM_ID, d.tiles)
+    p.set(KERNEL_PARAM_ID, KERNEL_CODES[kernel])
+    p.set(TILES_PARAM_ID, tiles)
     return replace(layer, params=p, _line=None, _signature=None)
 
 
@@ -79,7 +80,7 @@ def apply(param: NcnnParam, modelbin: ModelBin, decisions: dict[str, LayerDecisi
         d = decisions.get(layer.name)
         lw = modelbin.get(layer.name)
         if d is None or d.slices == 1:
-            layers.append(layer if d is None else _record_kernel(layer, d))
+            layers.append(layer if d is None else with_kernel(layer, d.kernel, d.tiles))
             if lw is not None:
                 weights.append(lw)
             if d is not None:
@@ -94,7 +95,7 @@ def apply(param: NcnnParam, modelbin: ModelBin, decisions: dict[str, LayerDecisi
         for i in range(n):
             lo, hi = i * d.slice_width, min((i + 1) * d.slice_width, d.rows)
             p, records = _sub_layer(layer, lw, lo, hi, d.rows)
-            layers.append(_record_kernel(Layer(layer.type, names[i], [ins[i]], [outs[i]], p), d))
+            layers.append(with_kernel(Layer(layer.type, names[i], [ins[i]], [outs[i]], p), d.kernel, d.tiles))
             weights.append(LayerWeights(names[i], 0, records))
         # channels (axis 0) of a conv's c,h,w output; the last axis (w) of a matrix layer's output
         axis = 0 if layer.type == "Convolution" else shapes[top].dims - 1

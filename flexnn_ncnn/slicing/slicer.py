@@ -14,8 +14,9 @@ from ..cli import UserError
 from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
 from ..files import atomic_write_all
 from ..units import format_size
-from .policy import LayerDecision, decide, smallest_working_set
+from .policy import LayerDecision, decide, decide_streamed, smallest_working_set
 from .rewrite import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, apply
+from .streaming import StreamModel, streamed_share
 from .target import Target
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ class SlicingResult:
     decisions: list[LayerDecision]
     analyses: list[LayerAnalysis]
     min_budget: int  # the smallest budget this slicer accepts for the model
+    stream: StreamModel | None  # the stream-aware kernel choice's model (None: off)
+    streamed_share: float  # the least part of the weights streamed on every inference (streaming.py)
 
     @property
     def sliced(self) -> list[LayerDecision]:
@@ -51,15 +54,17 @@ class SlicingResult:
             # NCNN order w, h, (d,) c, as the plan sidecar writes shapes
             "inputs": {name: list(reversed(s.numpy())) for name, s in self.inputs.items()},
             "param_ids": {"kernel": KERNEL_PARAM_ID, "tiles": TILES_PARAM_ID, "kernel_codes": KERNEL_CODES},
+            "stream": None if self.stream is None else {**self.stream.to_json(), "streamed_share": self.streamed_share},
             "layers": [{**asdict(d), "slices": d.slices} for d in self.decisions],
         }
 
 
 def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
-                target: Target, reserve: int = 0, progress: bool = False) -> SlicingResult:
+                target: Target, reserve: int = 0, progress: bool = False, stream: StreamModel | None = None) -> SlicingResult:
     """Slice so every layer's weights + intermediates fit what `budget` leaves beside live activations.
 
-    `reserve` is taken off every layer's limit: the planner raises it to tighten and retry.
+    `reserve` is taken off every layer's limit: the planner raises it to tighten and retry. With
+    `stream`, Winograd decisions are weighed against im2col+GEMM by compute + streamed weights.
     Raises UserError naming the smallest feasible budget when `budget` is not enough.
     """
     analyses = analyze(graph, shapes)
@@ -71,18 +76,22 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
             f"budget {format_size(budget)} is too small: layer {bottleneck.layer.name} ({bottleneck.layer.type}) "
             f"needs {format_size(min_budget)} with its live activations even fully sliced; that is the smallest "
             f"feasible budget")
+    share = streamed_share(analyses, budget - min_budget) if stream is not None else 0.0
     decisions: dict[str, LayerDecision] = {}
     # disable=None shows the bar only on a terminal: piped stderr keeps to the one-line error contract
     for a in tqdm(analyses, desc="slicing", unit="layer", disable=None if progress else True):
         d = decide(a, budget - a.live_bytes - reserve, target)
         assert d is not None, "every layer fits once the budget covers its smallest working set"
+        if stream is not None:
+            d = decide_streamed(a, d, target, stream, share)
         if not isinstance(a.model, FixedModel):
             decisions[a.layer.name] = d
     sliced_param, sliced_bin, done = apply(param, modelbin, decisions, shapes)
     ordered = [done[a.layer.name] for a in analyses if a.layer.name in done]
     log.info("%d of %d layers sliced or re-kerneled", sum(d.changed for d in ordered), len(ordered))
     inputs = {b: shapes[b] for b in graph.inputs if b in shapes}
-    return SlicingResult(sliced_param, sliced_bin, budget, reserve, target, inputs, ordered, analyses, min_budget)
+    return SlicingResult(sliced_param, sliced_bin, budget, reserve, target, inputs, ordered, analyses, min_budget,
+                         stream, share)
 
 
 def write_sliced(result: SlicingResult, outdir: Path, stem: str) -> tuple[Path, Path, Path]:
