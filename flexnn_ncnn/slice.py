@@ -114,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="computing threads the plan is made for (transformed weights depend on it; default %(default)s)")
     parser.add_argument("--no-pretransform", action="store_true",
                         help="host: write no MODEL.flexnn.transformed (pre-transformed weights); every load transforms again")
+    parser.add_argument("--no-fp16", action="store_true",
+                        help="host: prepare and fit for fp32 storage and arithmetic (default: NCNN's fp16 where the CPU has it)")
     parser.add_argument("-o", "--outdir", type=Path, help="output directory (default: the .param's directory)")
     parser.add_argument("--analyze", action="store_true", help="print per-layer memory per candidate kernel; write nothing")
     parser.add_argument("--stream-bandwidth", default=f"{DEFAULT_BANDWIDTH / 1e9:g}GB",
@@ -155,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.analyze:
         print(analysis_table(analyze(graph, shapes), shapes, budget))
         return 0
-    options = RuntimeOptions(threads=args.threads, pretransform=not args.no_pretransform)
+    options = RuntimeOptions(threads=args.threads, fp16=not args.no_fp16, pretransform=not args.no_pretransform)
     if args.calibrate:
         if target.name != "host":
             raise UserError("--calibrate measures this machine: use --target host")

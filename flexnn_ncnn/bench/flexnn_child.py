@@ -3,10 +3,9 @@
 The runtime side of the benchmark (bench/configs.py RUNTIME_COMMAND; protocol in docs/EVALUATION.md),
 through the real pipeline in separate processes, so this process's memory is the inference's only:
 
-- `flexnn` (budget B): `python -m flexnn_ncnn.slice` at B (on the host it prepares and plans too,
-  tightening the slicing until the plan fits), `python -m flexnn_ncnn.prepare --no-fp16` at B again
-  for fp32 math (the benchmark's default), then a `Session` on the sidecar: weights stream in on the
-  loading thread, loading overlaps computing.
+- `flexnn` (budget B): `python -m flexnn_ncnn.slice --no-fp16` at B (fp32 math, the benchmark's
+  default; on the host it prepares and plans too, tightening the slicing until the plan fits), then a
+  `Session` on its sidecar: weights stream in on the loading thread, loading overlaps computing.
 - `flexnn-no-mem` (budget B, Fig. 13's w.o.mem): the same sidecar and schedule without the static
   arena: every buffer a heap block from request to release, a layer's weights freed once it computed.
 - `flexnn-no-preload` (budget B, Fig. 13's w.o.preload): the same sidecar, each layer's load also
@@ -23,7 +22,8 @@ through the real pipeline in separate processes, so this process's memory is the
 `on-demand` and `swapnet`, the sliced model's for `flexnn` and its ablations.
 
 Reported overheads: `slice_ms` and `prepare_ms` are wall times of those CLI processes (interpreter
-start-up included; slicing includes its own prepare and planning attempts); `plan_ms` is the
+start-up included; slicing includes its own prepare and planning attempts, and for `flexnn` prepare
+is timed once more alone on the sliced model, into a sidecar nothing runs); `plan_ms` is the
 planner's time for the budget on the stored profile (for `swapnet`, the block-streaming builder's);
 `transformed_weight_bytes` the size of the pre-transformed weights prepare wrote beside the sidecar.
 """
@@ -92,17 +92,20 @@ def prepare_for(description: dict[str, Any], mode: str, budget: int | None, thre
             raise UserError(f"prepare: {_cli_error('prepare', proc)}")
         return Prepared(out, None, ms)
     assert budget is not None
-    # on the host, slice also prepares and plans (NCNN's default fp16), tightening until the plan fits
+    # on the host, slice also prepares and plans with the same options, tightening until the plan fits
     slice_ms, proc = _run_cli("slice", str(param), "--bin", str(bin_path), "--budget", str(budget), "--input-shape", shape,
-                              "--threads", str(threads), "-o", str(workdir))
+                              "--threads", str(threads), "-o", str(workdir), *([] if fp16 else ["--no-fp16"]))
     if proc.returncode != 0:
         raise UserError(f"slice: {_cli_error('slice', proc)}")
     sliced, out = workdir / f"{param.stem}.flexnn.param", workdir / f"{param.stem}{sidecar.SUFFIX}"
-    if fp16:
+    if mode != "flexnn":
         return Prepared(out, slice_ms, None)
-    prepare_ms, proc = _run_cli("prepare", str(sliced), "--budget", str(budget), "-o", str(out), *prepare_args)
+    # the overhead table's prepare time: prepare alone on the sliced model, into a sidecar nothing runs
+    timed = workdir / "prepare-timed" / out.name
+    timed.parent.mkdir()
+    prepare_ms, proc = _run_cli("prepare", str(sliced), "--budget", "min", "-o", str(timed), *prepare_args)
     if proc.returncode != 0:
-        raise UserError(f"prepare (fp32): {_cli_error('prepare', proc)}")
+        raise UserError(f"prepare: {_cli_error('prepare', proc)}")
     return Prepared(out, slice_ms, prepare_ms)
 
 
