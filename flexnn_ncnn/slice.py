@@ -97,8 +97,8 @@ def _stream_options(stream: StreamModel) -> str:
 def stream_line(result: SlicingResult) -> str:
     if result.stream is None:
         return "stream-aware kernel choice: off (kernels chosen by compute alone)"
-    return (f"stream-aware kernel choice: at least {result.streamed_share:.1%} of the weights streamed on every "
-            f"inference, loaded at {result.stream.bandwidth / 1e9:g} GB/s beside {result.stream.threads} computing "
+    return (f"stream-aware kernel choice: {result.streamed_share:.1%} of the weights streamed on every inference "
+            f"with the fastest kernels, loaded at {result.stream.bandwidth / 1e9:g} GB/s beside {result.stream.threads} computing "
             f"thread(s)")
 
 

@@ -38,7 +38,7 @@ class SlicingResult:
     analyses: list[LayerAnalysis]
     min_budget: int  # the smallest budget this slicer accepts for the model
     stream: StreamModel | None  # the stream-aware kernel choice's model (None: off)
-    streamed_share: float  # the least part of the weights streamed on every inference (streaming.py)
+    streamed_share: float  # the part of the weights streamed on every inference with the fastest kernels (streaming.py)
 
     @property
     def sliced(self) -> list[LayerDecision]:

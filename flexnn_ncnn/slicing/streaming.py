@@ -8,12 +8,15 @@ fastest can cost more once streamed. A kernel's estimate is
 
     MACs / (rate(kernel) × threads)  +  share × streamed bytes / bandwidth
 
-`share` is the part of the model's weights that cannot be pinned whatever the kernels and slicing:
-pinned weights occupy every step, so at most `budget − min_budget` bytes are pinned (min_budget: the
-largest step with every layer at its smallest working set), against the sum of every layer's
-smallest streamed bytes. It is 0 when the budget can hold them all, and the choice is then the
-compute-first one. The planner pins whole layers by its measured load time per byte, which the slicer
-cannot know ahead: the share spreads the streamed bytes evenly over the layers.
+`share` is the part of the model's weights that would stream if every layer kept its fastest
+kernel: pinned weights occupy every step, so at most `budget − min_budget` bytes are pinned
+(min_budget: the largest step with every layer at its smallest working set), against the sum of
+every layer's streamed bytes under its fastest kernel. It is 0 when the budget holds them all, and
+the choice is then the compute-first one. (Measured against the smallest streamed bytes instead, a
+budget between the two, e.g. 300 MB for ResNet-152, counted nothing as streamed, kept Winograd
+everywhere and then streamed half of its 7.1x weights.) The planner pins whole layers by its measured
+load time per byte, which the slicer cannot know ahead: the share spreads the streamed bytes evenly
+over the layers.
 
 The defaults are what `python -m flexnn_ncnn.slice resnet152.param --input-shape 1,3,224,224
 --threads 2 --calibrate` (slicing/calibrate.py) measured on the development machine (2-core x86_64
@@ -60,8 +63,9 @@ class StreamModel:
 
 
 def streamed_share(analyses: Sequence[LayerAnalysis], pinnable: int) -> float:
-    """The least part of the weights streamed on every inference when at most `pinnable` bytes are pinned."""
-    smallest = sum(min(a.model.streamed_bytes(k) for k in a.model.kernels) for a in analyses)
-    if smallest <= 0:
+    """The part of the weights streamed on every inference with each layer on its fastest kernel, when at
+    most `pinnable` bytes are pinned."""
+    fastest = sum(a.model.streamed_bytes(a.model.kernels[0]) for a in analyses)
+    if fastest <= 0:
         return 0.0
-    return max(0.0, 1.0 - max(pinnable, 0) / smallest)
+    return max(0.0, 1.0 - max(pinnable, 0) / fastest)
