@@ -111,9 +111,17 @@ class ConvModel:
         return max(1, self.pixels // min_tile_pixels)
 
     def streamed_bytes(self, kernel: str) -> int:
-        """The whole layer's transformed weights (+ bias): what loading it reads from the pre-transformed file."""
-        per_row = self.cin * ((_winograd_m(kernel) + 2) ** 2 if kernel.startswith("winograd") else self.kh * self.kw)
+        """The whole layer's transformed weights (+ bias): what loading it reads from the pre-transformed file.
+        For Winograd, those of the F(m,3) NCNN settles on for this shape (ncnn_winograd_m), whichever
+        Winograd kernel the slicer names: param 26 does not make NCNN use another."""
+        per_row = self.cin * ((self.ncnn_winograd_m() + 2) ** 2 if kernel.startswith("winograd") else self.kh * self.kw)
         return (per_row + int(self.bias)) * self.cout * 4
+
+    def ncnn_winograd_m(self) -> int:
+        """The output tile m of the Winograd F(m,3) NCNN's x86 Convolution transforms its weights for when
+        the model carries no shape hints (neither the models here nor the sliced ones do): F(6,3) up to
+        32 channels in and out, F(4,3) above."""
+        return 6 if self.cin <= 32 and self.cout <= 32 else 4
 
     def macs(self, kernel: str) -> int:
         """Multiply-accumulates of the whole layer: Winograd's in the transformed domain over whole output

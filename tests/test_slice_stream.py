@@ -154,7 +154,10 @@ def test_streamed_bytes_and_macs_per_kernel() -> None:
     m = ConvModel(256, 256, 3, 3, (1, 1), (1, 1), (14, 14), (1, 1, 1, 1), (14, 14), False, 256 * 14 * 14 * 4)
     raw = 256 * 256 * 9 * 4
     assert m.streamed_bytes("im2col_gemm") == m.streamed_bytes("direct") == raw
-    assert m.streamed_bytes("winograd63") * 9 == raw * 64 and m.streamed_bytes("winograd43") * 9 == raw * 36
+    # NCNN (no shape hints) transforms for F(4,3) above 32 channels, whichever Winograd the slicer names
+    assert m.ncnn_winograd_m() == 4 and m.streamed_bytes("winograd63") * 9 == m.streamed_bytes("winograd43") * 9 == raw * 36
+    small = ConvModel(32, 32, 3, 3, (1, 1), (1, 1), (56, 56), (1, 1, 1, 1), (56, 56), False, 32 * 56 * 56 * 4)
+    assert small.ncnn_winograd_m() == 6
     assert m.macs("im2col_gemm") == 256 * 9 * 256 * 14 * 14
     assert m.macs("winograd63") == 64 * 3 * 3 * 256 * 256 and m.macs("winograd43") == 36 * 4 * 4 * 256 * 256
     assert STREAM.compute_us(m, "im2col_gemm") == pytest.approx(m.macs("im2col_gemm") / 37e9 * 1e6)
