@@ -23,6 +23,7 @@
 // (0 for stock / direct). Errors: one "error: ..." line, exit 1.
 #include "planner/planner.h"
 #include "runtime/executor.h"
+#include "runtime/heap_policy.h"
 #include "runtime/npy.h"
 #include "runtime/profiler.h"
 #include "runtime/stock_run.h"
@@ -77,6 +78,7 @@ double now_us()
 
 int main(int argc, char** argv)
 {
+    flexnn::fix_malloc_thresholds(); // before anything measured allocates: runtime/heap_policy.h
     if (argc < 4)
         return fail("usage: flexnn-bench MODEL.param MODEL.bin INPUT.npy [budget=BYTES|min mode=flexnn|ondemand|stock|direct "
                     "loops=8 warmup=4 threads=1 loader=any|little|middle|big direct_io=0|1 static_arena=0|1 input=data "

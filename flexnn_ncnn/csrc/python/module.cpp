@@ -4,6 +4,7 @@
 #include "runtime/build_info.h"
 #include "runtime/cpu_clusters.h"
 #include "runtime/executor.h"
+#include "runtime/heap_policy.h"
 #include "runtime/profiler.h"
 #include "runtime/stock_run.h"
 #include "runtime/tensor.h"
@@ -252,6 +253,7 @@ private:
 PYBIND11_MODULE(_native, m)
 {
     m.doc() = "flexnn_ncnn native runtime (patched NCNN inside)";
+    flexnn::fix_malloc_thresholds(); // before the caller reads a sidecar: runtime/heap_policy.h
 
     m.def("build_info", [] {
         flexnn::BuildInfo info = flexnn::build_info();

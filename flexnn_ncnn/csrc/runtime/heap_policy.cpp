@@ -17,11 +17,4 @@ void fix_malloc_thresholds()
 #endif
 }
 
-namespace {
-
-// runs when the binary or shared object holding the runtime is loaded
-const bool kFixedAtLoad = (fix_malloc_thresholds(), true);
-
-} // namespace
-
 } // namespace flexnn

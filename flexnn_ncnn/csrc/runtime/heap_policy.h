@@ -9,8 +9,8 @@ namespace flexnn {
 // memory a model adds would too. Fixing the thresholds at glibc's defaults keeps every large block
 // mapped and unmapped on free: a model's peak RSS over idle is then the same in the process prepare
 // measures it in and in every process that runs its plan. No-op without glibc.
-// Loading the runtime (the Python module, a device binary) fixes them before anything else runs;
-// opening a model fixes them again.
+// The Python module calls it when it is imported and flexnn-bench first thing, before anything
+// they measure allocates; Model::open calls it for every other program the runtime is linked into.
 void fix_malloc_thresholds();
 
 } // namespace flexnn
