@@ -2,6 +2,7 @@
 
 #include "planner/check_plan.h"
 #include "runtime/cpu_clusters.h"
+#include "runtime/request_probe.h"
 #include "runtime/thread_allocator_scope.h"
 #include "runtime/weight_reader.h"
 
@@ -86,6 +87,10 @@ Status Executor::create(const std::string& param_path, const std::string& bin_pa
         if (PlannedLayer* planned = e->model_->planned(layer))
             planned->set_flags(e->schedule_.flags[layer]);
     e->step_names_ = e->schedule_.step_names(*e->model_);
+    e->input_bytes_.assign(e->schedule_.inputs.size(), 0);
+    for (const TensorUse& t : e->profile_.tensors)
+        if (t.layer == 0 && t.role == Role::Activation && t.ordinal < (int)e->input_bytes_.size())
+            e->input_bytes_[t.ordinal] = t.size;
     e->load_opt_ = e->model_->options();
     e->load_opt_.blob_allocator = nullptr; // all a layer builds lands in the weights allocator
     e->load_opt_.workspace_allocator = nullptr;
@@ -323,9 +328,19 @@ Status Executor::run(const NamedMats& inputs, NamedMats& outputs, RunStats& stat
         return Status::error("the model was prepared with " + std::to_string(schedule_.inputs.size()) + " inputs, got "
                              + std::to_string(inputs.size()));
     for (size_t k = 0; k < inputs.size(); k++)
+    {
         if (inputs[k].first != schedule_.inputs[k])
             return Status::error("input " + std::to_string(k) + " is '" + inputs[k].first + "', the model was prepared with '"
                                  + schedule_.inputs[k] + "'");
+        // an input of another size would have NCNN's layers read past it, inside the arena
+        RequestProbe probe;
+        inputs[k].second.clone(&probe);
+        if (probe.requested != input_bytes_[k])
+            return Status::error("input '" + inputs[k].first + "' (w=" + std::to_string(inputs[k].second.w) + " h="
+                                 + std::to_string(inputs[k].second.h) + " c=" + std::to_string(inputs[k].second.c)
+                                 + ") takes " + std::to_string(probe.requested) + " B, the model was prepared with "
+                                 + std::to_string(input_bytes_[k]) + " B: prepare it for this shape");
+    }
 
     const double started = now_us();
     failure_.clear();
@@ -382,6 +397,7 @@ Status Executor::run(const NamedMats& inputs, NamedMats& outputs, RunStats& stat
             outputs.emplace_back(schedule_.outputs[k], features[k].clone()); // plain heap: the caller's
     features.clear();
     ex.clear();
+    model_->release_bounded_tops();
     compute_clock_.end();
 
     const AllocationCounts outside = outside_.counts();

@@ -104,6 +104,7 @@ private:
     const Profile profile_;
     Plan plan_;
     std::vector<std::string> step_names_;
+    std::vector<uint64_t> input_bytes_; // per input: the bytes its copy into the arena was planned with
     bool has_plan_ = false;
     std::vector<bool> resident_;    // per step: built once per plan, by the first run's loading thread
     std::vector<bool> built_;       // per step: resident and built (loading thread during a run)

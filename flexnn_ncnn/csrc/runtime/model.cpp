@@ -49,6 +49,28 @@ Status read_layer_params(const std::string& path, int layer_count, std::vector<s
     return Status();
 }
 
+// A layer whose output size depends on values (OutputBound) is planned at its bound, which only
+// its own output has: whatever consumes it would size its buffers by the detections in turn.
+Status check_value_dependent(const ncnn::Net& net, const ncnn::Layer& layer, const std::string& params)
+{
+    LayerParams pd;
+    Status s = pd.parse(params, layer.name);
+    OutputBound bound;
+    if (s.ok())
+        s = OutputBound::for_layer(layer.type, pd, bound);
+    if (!s.ok())
+        return Status::error("layer " + layer.name + ": " + s.message());
+    for (int top : layer.tops)
+    {
+        const int consumer = net.blobs()[top].consumer;
+        if (consumer >= 0)
+            return Status::error("layer " + net.layers()[consumer]->name + " reads " + net.blobs()[top].name + ", whose size "
+                                 "depends on the detections of " + layer.name + " (" + layer.type + "): the runtime plans "
+                                 "such outputs only where they leave the model");
+    }
+    return Status();
+}
+
 } // namespace
 
 Model::~Model()
@@ -75,15 +97,53 @@ Status Model::open(const std::string& param_path, const std::string& bin_path, c
     {
         ncnn::Layer* stock = layers[i];
         if (stock->typeindex == ncnn::LayerType::Input)
+        {
+            LayerParams pd;
+            s = pd.parse(params[i], stock->name);
+            if (!s.ok())
+                return s;
+            const int w = pd.get(0, 0), h = pd.get(1, 0), d = pd.get(11, 0), c = pd.get(2, 0);
+            const int dims = c ? (d ? 4 : 3) : h ? 2 : w ? 1 : 0;
+            for (int top : stock->tops)
+                declared_inputs_[net_.blobs()[top].name] = {dims, c};
             continue;
+        }
         if (stock->typeindex & ncnn::LayerType::CustomBit)
             return Status::error("layer " + stock->name + ": custom layer type " + stock->type + " is not supported");
         if (stock->featmask != 0)
             return Status::error("layer " + stock->name + ": per-layer feature masks (param 31) are not supported");
+        if (OutputBound::value_dependent(stock->type))
+        {
+            s = check_value_dependent(net_, *stock, params[i]);
+            if (!s.ok())
+                return s;
+        }
         layers[i] = new PlannedLayer(*stock, std::move(params[i]), i, hooks);
         delete stock; // built by create_layer_cpu, never loaded: nothing registered to destroy it
     }
     return weights_.open(bin_path, direct_io);
+}
+
+void Model::release_bounded_tops()
+{
+    for (int i = 0; i < layer_count(); i++)
+        if (PlannedLayer* layer = planned(i))
+            layer->release_bounded_top();
+}
+
+Status Model::check_input(const std::string& name, const ncnn::Mat& input) const
+{
+    const auto declared = declared_inputs_.find(name);
+    if (declared == declared_inputs_.end() || declared->second.dims == 0)
+        return Status();
+    const DeclaredInput& want = declared->second;
+    if (input.dims != want.dims)
+        return Status::error("input '" + name + "' has " + std::to_string(input.dims) + " dimensions, the model declares "
+                             + std::to_string(want.dims));
+    if (want.dims >= 3 && input.c != want.c)
+        return Status::error("input '" + name + "' has " + std::to_string(input.c) + " channels, the model declares "
+                             + std::to_string(want.c));
+    return Status();
 }
 
 PlannedLayer* Model::planned(int layer_index) const

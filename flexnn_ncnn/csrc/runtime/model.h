@@ -7,6 +7,7 @@
 
 #include <net.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,9 +47,21 @@ public:
     {
         return net_.opt;
     }
+    // every value-dependent layer lets go of its top's slot (PlannedLayer::release_bounded_top)
+    void release_bounded_tops();
+    // `input` against what the model's Input layer declares for blob `name`: its rank, and its channels
+    // (the width and height a model declares are those it was exported at; NCNN runs others)
+    Status check_input(const std::string& name, const ncnn::Mat& input) const;
 
 private:
+    struct DeclaredInput
+    {
+        int dims; // 0: nothing declared
+        int c;
+    };
+
     ncnn::Net net_;
+    std::map<std::string, DeclaredInput> declared_inputs_; // by blob name
     WeightFile weights_;
 };
 

@@ -109,6 +109,9 @@ Status PlannedLayer::load(const ncnn::ModelBin& mb, const ncnn::Option& opt, ncn
         return s;
     if (layer->load_param(pd) != 0)
         return Status::error("layer " + name + ": load_param failed");
+    s = OutputBound::for_layer(type, pd, bound_);
+    if (!s.ok())
+        return Status::error("layer " + name + ": " + s.message());
     TransformedStoreScope scope(store);
     if (layer->load_model(mb) != 0)
         return Status::error("layer " + name + ": load_model failed");
@@ -135,36 +138,45 @@ int PlannedLayer::destroy_pipeline(const ncnn::Option& opt)
     return 0;
 }
 
-int PlannedLayer::forward(const std::vector<ncnn::Mat>& bottom_blobs, std::vector<ncnn::Mat>& top_blobs, const ncnn::Option& opt) const
+void PlannedLayer::release_bounded_top()
+{
+    bounded_.release();
+}
+
+template<typename Compute>
+int PlannedLayer::compute(const std::vector<ncnn::Mat>* bottoms, const ncnn::Option& opt, Compute&& compute) const
 {
     int ret = hooks_->before_compute(layer_index_);
+    if (ret != 0)
+        return hooks_->after_compute(layer_index_, ret);
+    if (!bound_.bounded() || !bottoms)
+        return hooks_->after_compute(layer_index_, compute(opt));
+    ncnn::Option bounded_opt = opt;
+    bounded_opt.blob_allocator = &bounded_;
+    ret = bounded_.reserve(bound_.max_request_bytes(*bottoms), opt.blob_allocator);
     if (ret == 0)
-        ret = real_->forward(bottom_blobs, top_blobs, opt);
+        ret = compute(bounded_opt);
     return hooks_->after_compute(layer_index_, ret);
+}
+
+int PlannedLayer::forward(const std::vector<ncnn::Mat>& bottom_blobs, std::vector<ncnn::Mat>& top_blobs, const ncnn::Option& opt) const
+{
+    return compute(&bottom_blobs, opt, [&](const ncnn::Option& o) { return real_->forward(bottom_blobs, top_blobs, o); });
 }
 
 int PlannedLayer::forward(const ncnn::Mat& bottom_blob, ncnn::Mat& top_blob, const ncnn::Option& opt) const
 {
-    int ret = hooks_->before_compute(layer_index_);
-    if (ret == 0)
-        ret = real_->forward(bottom_blob, top_blob, opt);
-    return hooks_->after_compute(layer_index_, ret);
+    return compute(nullptr, opt, [&](const ncnn::Option& o) { return real_->forward(bottom_blob, top_blob, o); });
 }
 
 int PlannedLayer::forward_inplace(std::vector<ncnn::Mat>& bottom_top_blobs, const ncnn::Option& opt) const
 {
-    int ret = hooks_->before_compute(layer_index_);
-    if (ret == 0)
-        ret = real_->forward_inplace(bottom_top_blobs, opt);
-    return hooks_->after_compute(layer_index_, ret);
+    return compute(&bottom_top_blobs, opt, [&](const ncnn::Option& o) { return real_->forward_inplace(bottom_top_blobs, o); });
 }
 
 int PlannedLayer::forward_inplace(ncnn::Mat& bottom_top_blob, const ncnn::Option& opt) const
 {
-    int ret = hooks_->before_compute(layer_index_);
-    if (ret == 0)
-        ret = real_->forward_inplace(bottom_top_blob, opt);
-    return hooks_->after_compute(layer_index_, ret);
+    return compute(nullptr, opt, [&](const ncnn::Option& o) { return real_->forward_inplace(bottom_top_blob, o); });
 }
 
 } // namespace flexnn

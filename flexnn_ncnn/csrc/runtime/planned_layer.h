@@ -1,6 +1,7 @@
 #ifndef FLEXNN_PLANNED_LAYER_H
 #define FLEXNN_PLANNED_LAYER_H
 
+#include "runtime/output_bound.h"
 #include "runtime/status.h"
 
 #include <datareader.h>
@@ -68,12 +69,21 @@ public:
     // the real layer's flags after its last load
     uint32_t loaded_flags() const;
     void set_flags(uint32_t flags);
+    // let go of the slot a value-dependent layer's top was planned in (OutputBound): at the end of
+    // every inference, once its outputs are copied out
+    void release_bounded_top();
 
 private:
+    // forward through `compute` with the blob allocator a bounded layer needs
+    template<typename Compute>
+    int compute(const std::vector<ncnn::Mat>* bottoms, const ncnn::Option& opt, Compute&& compute) const;
+
     const std::string params_;
     const int layer_index_;
     ComputeHooks* const hooks_;
     std::unique_ptr<ncnn::Layer> real_;
+    OutputBound bound_;          // of the real layer's params, set by load
+    mutable BoundedTop bounded_; // held from the forward to the end of the inference
 };
 
 } // namespace flexnn

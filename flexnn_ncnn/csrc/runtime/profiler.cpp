@@ -138,6 +138,7 @@ Status run_unrecorded(Model& model, const NamedMats& inputs, const std::vector<s
             outputs.emplace_back(name, feature.clone());
         }
     }
+    model.release_bounded_tops();
     hooks.order.clear();
     hooks.compute_us.clear();
     clock.reset();
@@ -201,8 +202,13 @@ Status prepare(const std::string& param_path, const std::string& bin_path, const
         return s;
     const int layer_count = model.layer_count();
     for (const auto& input : inputs)
+    {
         if (!has_blob(model.net(), input.first))
             return Status::error("model has no input blob '" + input.first + "'");
+        s = model.check_input(input.first, input.second);
+        if (!s.ok())
+            return s;
+    }
     for (const std::string& name : output_names)
         if (!has_blob(model.net(), name))
             return Status::error("model has no output blob '" + name + "'");
@@ -297,6 +303,7 @@ Status prepare(const std::string& param_path, const std::string& bin_path, const
             result.outputs.emplace_back(output_names[k], features[k].clone()); // plain heap: the caller's
         features.clear();
         ex.clear();
+        model.release_bounded_tops();
         output_us = now_us() - t0;
         clock.end();
     }

@@ -28,6 +28,11 @@ Status mat_from_dense(const std::vector<int>& shape, const float* data, ncnn::Ma
 
 Status dense_shape(const ncnn::Mat& m, std::vector<int>& shape)
 {
+    if (m.empty()) // NCNN's output when there is nothing to give (a detection layer that found nothing)
+    {
+        shape = {0};
+        return Status();
+    }
     if (m.elemsize != 4u || m.elempack != 1)
         return Status::error("tensor is not unpacked fp32 (elemsize " + std::to_string(m.elemsize) + ", elempack " + std::to_string(m.elempack) + ")");
     switch (m.dims)
@@ -43,6 +48,8 @@ Status dense_shape(const ncnn::Mat& m, std::vector<int>& shape)
 
 void copy_to_dense(const ncnn::Mat& m, float* dst)
 {
+    if (m.empty())
+        return;
     const size_t plane = (size_t)m.w * m.h * m.d;
     for (int q = 0; q < m.c; q++)
         memcpy(dst + plane * q, m.channel(q), plane * sizeof(float));

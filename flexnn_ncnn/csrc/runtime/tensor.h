@@ -11,7 +11,7 @@ namespace flexnn {
 
 // numpy shape <-> ncnn::Mat, fp32, elempack 1: (w) <-> Mat(w), (h,w) <-> Mat(w,h),
 // (c,h,w) <-> Mat(w,h,c), (c,d,h,w) <-> Mat(w,h,d,c). ncnn pads each channel to cstep;
-// the numpy side is dense C order.
+// the numpy side is dense C order; an empty Mat is a (0,) array, as NCNN's python binding gives it.
 Status mat_from_dense(const std::vector<int>& shape, const float* data, ncnn::Mat& out);
 Status dense_shape(const ncnn::Mat& m, std::vector<int>& shape);
 // copies m densely into dst, which holds product(dense_shape(m)) floats

@@ -1,0 +1,134 @@
+"""Layers whose output size depends on the values they read (runtime/output_bound.*): detection heads
+emit as many rows as survive their thresholds and NMS, so the size prepare saw is one sample. The
+runtime plans each at the most rows its params and input shapes allow, and a run on any other input
+equals stock NCNN within the budget. Also: a layer reading such an output, and a value-dependent layer
+without a bound, are refused at prepare with one line; an input of another size than prepared is
+refused by the native executor itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flexnn_ncnn import Session, planning
+from flexnn_ncnn.cli import UserError
+from flexnn_ncnn.ncnn_model import read_param
+from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
+from flexnn_ncnn.ncnn_model.stock import run_stock
+from flexnn_ncnn.planning import ARENA_MARGIN
+from flexnn_ncnn.prepare import prepare_model, write_plan_file
+
+SHAPE = (3, 48, 48)
+BACKBONE = """Input data 0 1 data 0=48 1=48 2=3
+Split splitd 1 2 data data_a data_b
+Convolution conv1 1 1 data_a c1 0=16 1=3 3=2 4=1 5=1 6=432 9=1
+Split split1 1 3 c1 c1a c1b c1c
+"""
+# one SSD scale (24x24 cells, 2 priors each, 5 classes): loc/conf convolutions, NCNN's Permute /
+# Flatten / Reshape / Softmax wiring, PriorBox, then DetectionOutput capped at 50 rows
+SSD = BACKBONE + """Convolution loc 1 1 c1a loc 0=8 1=1 5=1 6=128
+Permute loc_perm 1 1 loc loc_perm 0=3
+Flatten loc_flat 1 1 loc_perm loc_flat
+Convolution conf 1 1 c1b conf 0=10 1=1 5=1 6=160
+Permute conf_perm 1 1 conf conf_perm 0=3
+Flatten conf_flat 1 1 conf_perm conf_flat
+Reshape conf_reshape 1 1 conf_flat conf_reshape 0=5 1=-1
+Softmax conf_softmax 1 1 conf_reshape conf_softmax 0=1 1=1
+Flatten conf_flatten 1 1 conf_softmax conf_flatten
+PriorBox priorbox 2 1 c1c data_b priorbox -23300=1,1.000000e+01 -23301=1,2.000000e+01 9=-233 10=-233 13=5.000000e-01
+DetectionOutput detection_out 3 1 loc_flat conf_flatten priorbox output 0=5 1=4.500000e-01 2=60 3=50 4=7.000000e-01
+"""
+# YOLOv3: two scales (24x24 and 12x12), 3 anchors each, 2 classes
+YOLOV3 = BACKBONE + """Convolution head1 1 1 c1a h1 0=21 1=1 5=1 6=336
+Pooling pool 1 1 c1b p1 0=0 1=2 2=2
+Convolution head2 1 1 p1 h2 0=21 1=1 5=1 6=336
+Yolov3DetectionOutput detection_out 2 1 h1 h2 output 0=2 1=3 2=3.000000e-01 3=4.500000e-01 -23304=12,1.000000e+01,1.400000e+01,2.300000e+01,2.700000e+01,3.700000e+01,5.800000e+01,8.100000e+01,8.200000e+01,1.350000e+02,1.690000e+02,3.440000e+02,3.190000e+02 -23305=6,3.000000e+00,4.000000e+00,5.000000e+00,0.000000e+00,1.000000e+00,2.000000e+00 -23306=2,2.000000e+00,4.000000e+00
+"""
+# YOLOv2 region layer: 24x24 cells, 5 anchors, 2 classes
+YOLOV2 = BACKBONE + """Convolution head 1 1 c1a h 0=35 1=1 5=1 6=560
+YoloDetectionOutput detection_out 1 1 h output 0=2 1=5 2=3.000000e-01 3=4.500000e-01 -23304=10,1.080000e+00,1.190000e+00,3.420000e+00,4.410000e+00,6.630000e+00,1.138000e+01,9.420000e+00,5.110000e+00,1.662000e+01,1.052000e+01
+"""
+DETECTORS = {"ssd": SSD, "yolov3": YOLOV3, "yolov2": YOLOV2}
+
+
+def write_model(folder: Path, name: str, layers: str) -> tuple[Path, Path]:
+    """The layers (one per line, the backbone's unused tops dropped) as NCNN files with seeded weights."""
+    lines = [l for l in layers.splitlines() if l.strip()]
+    blobs = {b for l in lines for b in l.split()[4:4 + sum(map(int, l.split()[2:4]))]}
+    param, bin_ = folder / f"{name}.param", folder / f"{name}.bin"
+    param.write_text(f"7767517\n{len(lines)} {len(blobs)}\n" + "\n".join(lines) + "\n")
+    with open(bin_, "wb") as f:
+        random_modelbin(read_param(param), seed=11).write(f)
+    return param, bin_
+
+
+def seeded_input(seed: int) -> np.ndarray:
+    """Inputs at three scales, so the number of detections varies from one to the next."""
+    return (np.random.default_rng(seed).standard_normal(SHAPE) * (1 + seed % 3)).astype(np.float32)
+
+
+def stock_detections(param: Path, bin_: Path, x: np.ndarray) -> np.ndarray:
+    return run_stock(param, bin_, {"data": x}, ["output"], fp32=False)["output"]
+
+
+def assert_same_detections(got: np.ndarray, ref: np.ndarray) -> None:
+    """Same rows (label, score, box) as a set: boxes whose scores tie may come in either order."""
+    assert got.shape == ref.shape
+    if ref.size == 0:
+        return
+    by_row = lambda d: d[np.lexsort(d.T[::-1])]
+    got, ref = by_row(got), by_row(ref)
+    assert np.array_equal(got[:, 0], ref[:, 0]), "labels differ"
+    scale = np.abs(ref).max(axis=0)
+    assert np.all(np.abs(got - ref) <= 1e-4 * np.maximum(scale, 1e-30)), np.abs(got - ref).max(axis=0) / scale
+
+
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_detections_equal_stock_on_inputs_prepare_never_saw(name: str, tmp_path: Path) -> None:
+    param, bin_ = write_model(tmp_path, name, DETECTORS[name])
+    content = prepare_model(param, bin_, 1 << 34, {"data": SHAPE})
+    path = tmp_path / f"{name}.flexnn.plan.json"
+    write_plan_file(content, path)
+    # prepare profiles on its own seeded input: standard normal from seed 0
+    prepared_rows = len(stock_detections(param, bin_, np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)))
+    tightest = planning.min_feasible_budget(content.profile) + ARENA_MARGIN + content.reserved_bytes
+    session = Session(path)
+    rows = []
+    for budget in (content.plan.budget, tightest):
+        session.set_budget(budget)
+        for seed in range(1, 21):
+            x = seeded_input(seed)
+            ref = stock_detections(param, bin_, x)
+            assert_same_detections(session.run({"data": x})["output"], ref)
+            rows.append(len(ref))
+        assert session.stats()["counted_bytes"] <= budget
+    # the inputs reach beyond what prepare saw, which a plan of the seen size could not hold
+    assert max(rows) > prepared_rows and len(set(rows)) > 3, (prepared_rows, sorted(set(rows)))
+
+
+def test_a_layer_reading_detections_is_refused_at_prepare(tmp_path: Path) -> None:
+    param, bin_ = write_model(tmp_path, "reads", YOLOV2.replace(" output 0=2", " dets 0=2")
+                              + "Sigmoid post 1 1 dets output\n")
+    with pytest.raises(UserError, match="layer post reads dets, whose size depends on the detections of detection_out"):
+        prepare_model(param, bin_, 1 << 34, {"data": SHAPE})
+
+
+def test_a_value_dependent_layer_without_a_bound_is_refused_at_prepare(tmp_path: Path) -> None:
+    layers = SSD.replace("3=50 ", "3=-1 ")  # keep_top_k -1: NCNN's own code has no cap for it
+    param, bin_ = write_model(tmp_path, "unbounded", layers)
+    with pytest.raises(UserError, match="negative nms_top_k .* or keep_top_k .* has no output bound"):
+        prepare_model(param, bin_, 1 << 34, {"data": SHAPE})
+
+
+def test_the_executor_refuses_an_input_of_another_size(tmp_path: Path) -> None:
+    """Below Session's own checks: the native runtime compares the input's bytes with the plan's, so
+    no caller can have NCNN read past the input inside the arena."""
+    param, bin_ = write_model(tmp_path, "yolov2", YOLOV2)
+    path = tmp_path / "yolov2.flexnn.plan.json"
+    write_plan_file(prepare_model(param, bin_, 1 << 34, {"data": SHAPE}), path)
+    executor = Session(path)._executor
+    small = np.zeros((3, 48, 40), np.float32)
+    with pytest.raises(RuntimeError, match=r"input 'data' \(w=40 h=48 c=3\) takes .* B, the model was prepared with"):
+        executor.run({"data": small})
