@@ -79,7 +79,51 @@ def write_gemm(folder: Path) -> Written:
     return Written(param, bin_, rng.standard_normal((m, k)).astype(np.float32), [(0, 4 + 4 * k * n)])
 
 
-CASES = {"kernels": write_kernels, "gemm": write_gemm}
+TAG_INT8 = 0x000D4B38  # an int8 weight record's flag (src/modelbin.cpp)
+
+
+def write_mixed(folder: Path) -> Written:
+    """int8 convolutions (3x3: Winograd, 1x1: GEMM) and an int8 InnerProduct, a depthwise convolution
+    (packed) and a Deconvolution (its GEMM path): the layers whose transforms 0003 covers beyond the
+    fp32 Convolution/InnerProduct/Gemm of `write_kernels`. int8 weights w_q with per-channel scale s_w
+    and input scale s_x compute sum(w_q * round(x * s_x)) / (s_w * s_x)."""
+    rng = np.random.default_rng(5)
+    blob, raw = bytearray(), []
+
+    def record(values: np.ndarray, int8: bool = False) -> None:
+        raw.append((len(blob), len(blob) + 4 + values.nbytes + (-values.nbytes % 4)))
+        blob.extend(np.array([TAG_INT8 if int8 else 0], "<u4").tobytes() + values.tobytes() + bytes(-values.nbytes % 4))
+
+    def floats(n: int, scale: float) -> bytes:
+        return (rng.standard_normal(n) * scale).astype("<f4").tobytes()
+
+    def int8_layer(rows: int, count: int) -> None:
+        record(rng.integers(-127, 128, count, dtype=np.int8), int8=True)
+        blob.extend(floats(rows, 0.1))  # bias
+        blob.extend(np.full(rows, 127 / 0.3 * np.sqrt(count / rows), "<f4").tobytes())  # weight scales: |w| ~ 0.3/sqrt(fan-in)
+        blob.extend(np.array([127 / 4], "<f4").tobytes())  # input scale: |x| up to 4
+
+    lines = ["Input data 0 1 data 0=16 1=16 2=8",
+             "Convolution q3 1 1 data q3 0=16 1=3 4=1 5=1 6=1152 8=1 9=1"]
+    int8_layer(16, 8 * 16 * 9)
+    lines.append("ConvolutionDepthWise dw 1 1 q3 dw 0=16 1=3 4=1 5=1 6=144 7=16 9=1")
+    record((rng.standard_normal(144) * 0.3).astype("<f4"))
+    blob.extend(floats(16, 0.1))
+    lines.append("Deconvolution up 1 1 dw up 0=8 1=4 3=2 4=1 5=1 6=2048")
+    record((rng.standard_normal(2048) * 0.1).astype("<f4"))
+    blob.extend(floats(8, 0.1))
+    lines.append("Convolution q1 1 1 up q1 0=16 1=1 5=1 6=128 8=1 9=1")
+    int8_layer(16, 128)
+    lines += ["Pooling gap 1 1 q1 gap 0=1 4=1", "Flatten flat 1 1 gap flat",
+              f"InnerProduct fc 1 1 flat output 0={FC_OUT} 1=1 2={16 * FC_OUT} 8=1"]
+    int8_layer(FC_OUT, 16 * FC_OUT)
+    param, bin_ = folder / "mixed.param", folder / "mixed.bin"
+    param.write_text(f"7767517\n{len(lines)} {len(lines)}\n" + "\n".join(lines) + "\n")
+    bin_.write_bytes(bytes(blob))
+    return Written(param, bin_, rng.standard_normal((8, 16, 16)).astype(np.float32), raw)
+
+
+CASES = {"kernels": write_kernels, "gemm": write_gemm, "mixed": write_mixed}
 
 
 def prepared(w: Written, options: RuntimeOptions = RuntimeOptions(threads=2)) -> Path:
