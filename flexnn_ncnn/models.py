@@ -1,8 +1,9 @@
 """`python -m flexnn_ncnn.models NAME... -o DIR`: the paper's evaluation models as NCNN files, seeded.
 
 Zoo models are the plain-torch definitions in flexnn_ncnn/zoo, initialised from `--seed` and
-exported with pnnx (fp32 weights unless --fp16); `bench:NAME` is a structure from NCNN's benchmark
-folder with seeded random weights (randbin). Each NAME writes DIR/NAME.param, DIR/NAME.bin and
+exported with pnnx (fp32 weights unless --fp16); `struct:NAME` is one of the project's own NCNN
+structures (flexnn_ncnn/ncnn_model/structures.py) and `bench:NAME` a structure from NCNN's benchmark
+folder, both with seeded random weights (randbin). Each NAME writes DIR/NAME.param, DIR/NAME.bin and
 DIR/NAME.json (input blob and shape, output blobs, storage, seed), the .json last: a model whose
 .json exists is complete. `--tiny` builds small instances of the same architectures (smoke runs).
 """
@@ -23,15 +24,17 @@ from typing import Any, Callable, Iterator, Sequence
 from tqdm import tqdm
 
 from .cli import UserError, add_logging_args, run_main, setup_logging
-from .ncnn_model import Graph, read_param
+from .ncnn_model import Graph, NcnnParam, read_param
 from .files import atomic_write, atomic_write_all
 from .ncnn_model.random_weights import random_modelbin
 from .ncnn_model.shapes import declared_input_shapes
+from .ncnn_model.structures import STRUCTURES
 from .units import format_size
 
 log = logging.getLogger(__name__)
 
 BENCH_PREFIX = "bench:"
+STRUCT_PREFIX = "struct:"
 # the shared material beside a checkout (DESIGN.md §5); users point --benchmark-dir elsewhere
 DEFAULT_BENCHMARK_DIR = Path(__file__).resolve().parents[2] / "shared" / "models" / "ncnn-benchmark"
 GPT2_SEQ_LEN = 128
@@ -134,18 +137,34 @@ def _export_zoo(spec: ZooModel, outdir: Path, stem: str, seed: int, fp16: bool, 
             "parameters": parameters, **io}
 
 
+def _write_with_random_weights(param: NcnnParam, text: bytes, input_shapes: dict[str, tuple[int, ...]], where: str,
+                               outdir: Path, stem: str, seed: int, fp16: bool) -> dict[str, Any]:
+    """`text` (the .param) and seeded random weights as STEM.param/.bin; returns the inputs and outputs."""
+    io = _io_description(Graph.build(param), input_shapes, where)
+    modelbin = random_modelbin(param, seed, "fp16" if fp16 else "fp32")
+    atomic_write_all({outdir / f"{stem}.param": lambda f: f.write(text), outdir / f"{stem}.bin": modelbin.write})
+    return io
+
+
 def _randomise_benchmark(name: str, benchmark_dir: Path, outdir: Path, stem: str, seed: int, fp16: bool) -> dict[str, Any]:
     source = benchmark_dir / f"{name[len(BENCH_PREFIX):]}.param"
     if not source.is_file():
         known = ", ".join(benchmark_names(benchmark_dir)) or f"none: {benchmark_dir} has no .param files"
         raise UserError(f"{name}: no {source.name} in {benchmark_dir} (known: {known})")
     param = read_param(source)
-    graph = Graph.build(param)
-    io = _io_description(graph, {b: s.numpy() for b, s in declared_input_shapes(param, graph).items()}, str(source))
-    modelbin = random_modelbin(param, seed, "fp16" if fp16 else "fp32")
-    atomic_write_all({outdir / f"{stem}.param": lambda f: f.write(source.read_bytes()),
-                      outdir / f"{stem}.bin": modelbin.write})
+    shapes = {b: s.numpy() for b, s in declared_input_shapes(param, Graph.build(param)).items()}
+    io = _write_with_random_weights(param, source.read_bytes(), shapes, str(source), outdir, stem, seed, fp16)
     return {"source": f"ncnn-benchmark {source}", "description": f"NCNN benchmark structure {source.stem}, random weights", **io}
+
+
+def _randomise_structure(name: str, outdir: Path, stem: str, seed: int, fp16: bool) -> dict[str, Any]:
+    structure = STRUCTURES.get(name[len(STRUCT_PREFIX):])
+    if structure is None:
+        raise UserError(f"{name}: no such structure (known: {', '.join(STRUCT_PREFIX + s for s in STRUCTURES)})")
+    param = structure.build()
+    io = _write_with_random_weights(param, param.format().encode(), {structure.input_blob: structure.input_shape[1:]},
+                                    name, outdir, stem, seed, fp16)
+    return {"source": "flexnn_ncnn.ncnn_model.structures", "description": f"{structure.description}, random weights", **io}
 
 
 def generate(name: str, outdir: Path, seed: int = 0, fp16: bool = False, tiny: bool = False,
@@ -153,14 +172,16 @@ def generate(name: str, outdir: Path, seed: int = 0, fp16: bool = False, tiny: b
     """Write `outdir/STEM.{param,bin,json}` for `name`; returns the .json path (written last)."""
     outdir.mkdir(parents=True, exist_ok=True)
     stem = file_stem(name)
+    if tiny and name.startswith((BENCH_PREFIX, STRUCT_PREFIX)):
+        raise UserError(f"{name}: --tiny applies to zoo models only")
     if name.startswith(BENCH_PREFIX):
-        if tiny:
-            raise UserError(f"{name}: --tiny applies to zoo models only")
         info = _randomise_benchmark(name, benchmark_dir, outdir, stem, seed, fp16)
+    elif name.startswith(STRUCT_PREFIX):
+        info = _randomise_structure(name, outdir, stem, seed, fp16)
     elif name in ZOO_NAMES:
         info = _export_zoo(_zoo()[name], outdir, stem, seed, fp16, tiny)
     else:
-        raise UserError(f"unknown model {name!r}: one of {', '.join(ZOO_NAMES)}, or bench:NAME (see --list)")
+        raise UserError(f"unknown model {name!r}: one of {', '.join(ZOO_NAMES)}, struct:NAME or bench:NAME (see --list)")
     description = {"name": name, "param": f"{stem}.param", "bin": f"{stem}.bin",
                    "storage": "fp16" if fp16 else "fp32", "seed": seed, "tiny": tiny, **info,
                    "bin_bytes": (outdir / f"{stem}.bin").stat().st_size}
@@ -187,7 +208,7 @@ def read_description(json_path: str | Path) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.models", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="*", metavar="NAME", help=f"{', '.join(ZOO_NAMES)}, or bench:NAME")
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"{', '.join(ZOO_NAMES)}, struct:NAME or bench:NAME")
     parser.add_argument("-o", "--output", type=Path, help="folder to write the models into")
     parser.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     parser.add_argument("--fp16", action="store_true", help="store weights as fp16 (default fp32, as the paper)")
@@ -200,9 +221,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.verbose)
     if args.list:
         for name, spec in _zoo().items():
-            print(f"{name:16} {spec.description}; input {'x'.join(map(str, spec.input_shape))}")
+            print(f"{name:22} {spec.description}; input {'x'.join(map(str, spec.input_shape))}")
+        for structure in STRUCTURES.values():
+            print(f"{STRUCT_PREFIX + structure.name:22} {structure.description}; input "
+                  f"{'x'.join(map(str, structure.input_shape))}, seeded random weights")
         for name in benchmark_names(args.benchmark_dir):
-            print(f"{name:16} NCNN benchmark structure, seeded random weights")
+            print(f"{name:22} NCNN benchmark structure, seeded random weights")
         if not benchmark_names(args.benchmark_dir):
             print(f"(no bench:NAME models: {args.benchmark_dir} has no .param files)")
         return 0

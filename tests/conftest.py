@@ -1,14 +1,14 @@
-"""Session fixtures for the model I/O, analysis and slicing tests: small pnnx exports of the zoo
-models (fp16 and fp32 weight storage) and the NCNN benchmark structures with seeded random weights."""
+"""Session fixtures for the model I/O, analysis, slicing and runtime tests: small pnnx exports of the
+zoo models (fp16 and fp32 weight storage) and the small corpus structures with seeded random weights."""
 
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
+from typing import Callable
 
 import pytest
 
-from model_helpers import BENCHMARK_DIR, BENCHMARK_INPUTS, ModelFiles, zoo_specs
+from model_helpers import ModelFiles, write_model, zoo_specs
 
 
 @pytest.fixture(scope="session")
@@ -29,21 +29,19 @@ def zoo_exports(tmp_path_factory) -> dict[str, ModelFiles]:
 
 
 @pytest.fixture(scope="session")
-def bench_bins(tmp_path_factory) -> dict[str, Path]:
-    """A seeded random fp32 `.bin` for each small benchmark structure (alexnet, vgg16 and the ViT are
-    hundreds of MB: their round trip is tested separately without keeping the file)."""
-    from flexnn_ncnn.ncnn_model import read_param
-    from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
-    out = tmp_path_factory.mktemp("bench")
-    bins = {}
-    for name in BENCHMARK_INPUTS:
-        if name in ("alexnet", "vgg16", "vision_transformer"):
-            continue
-        path = out / f"{name}.bin"
-        with open(path, "wb") as f:
-            random_modelbin(read_param(BENCHMARK_DIR / f"{name}.param"), seed=7).write(f)
-        bins[name] = path
-    return bins
+def corpus_files(tmp_path_factory) -> Callable[..., ModelFiles]:
+    """`corpus_files(name, storage="fp32")`: a small corpus structure (model_helpers.corpus()) with seeded
+    random weights (seed 7), written on first use and kept for the session."""
+    out = tmp_path_factory.mktemp("corpus")
+    written: dict[tuple[str, str], ModelFiles] = {}
+
+    def files(name: str, storage: str = "fp32") -> ModelFiles:
+        if (name, storage) not in written:
+            folder = out / storage
+            folder.mkdir(exist_ok=True)
+            written[name, storage] = write_model(name, folder, 7, storage)
+        return written[name, storage]
+    return files
 
 
 @pytest.fixture

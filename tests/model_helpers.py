@@ -1,16 +1,26 @@
-"""Models and comparisons shared by the model I/O, analysis and slicing tests."""
+"""Models and comparisons shared by the model I/O, analysis, slicing and runtime tests.
+
+The structure corpus: `struct:NAME`, the project's own (flexnn_ncnn/ncnn_model/structures.py), always;
+`bench:NAME`, NCNN's benchmark structures, also when BENCHMARK_DIR holds them. Tests parametrize
+over what exists at collection time, so a clone without the benchmark folder skips nothing."""
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pytest
 
-# the shared material sits beside the repository (DESIGN.md §5)
-BENCHMARK_DIR = Path(__file__).resolve().parents[2] / "shared" / "models" / "ncnn-benchmark"
-needs_benchmarks = pytest.mark.skipif(not BENCHMARK_DIR.is_dir(), reason=f"no {BENCHMARK_DIR}")
+from flexnn_ncnn.models import BENCH_PREFIX, DEFAULT_BENCHMARK_DIR, STRUCT_PREFIX, file_stem
+from flexnn_ncnn.ncnn_model import NcnnParam, read_param, weight_specs
+from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
+from flexnn_ncnn.ncnn_model.structures import STRUCTURES
+
+# NCNN's benchmark structures: an extra corpus, run when present (the shared material beside the
+# repository, DESIGN.md §5, or FLEXNN_BENCHMARK_DIR); the project's own structures always run
+BENCHMARK_DIR = Path(os.environ.get("FLEXNN_BENCHMARK_DIR") or DEFAULT_BENCHMARK_DIR)
 
 # input shapes as benchncnn feeds them (models/ncnn-benchmark/README.md), torch NCHW
 BENCHMARK_INPUTS = {
@@ -21,6 +31,51 @@ BENCHMARK_INPUTS = {
     "shufflenet_v2": (1, 3, 224, 224), "squeezenet": (1, 3, 227, 227), "squeezenet_ssd": (1, 3, 300, 300),
     "vgg16": (1, 3, 224, 224), "vision_transformer": (1, 3, 384, 384), "yolo-fastestv2": (1, 3, 352, 352),
 }
+LARGE_WEIGHTS = 64 * 10**6  # fp32 weight bytes above which a structure's .bin is written per test, not kept
+# layers whose output rows depend on the values they read: compare what they read, not what they emit
+DETECTION_TYPES = ("DetectionOutput", "YoloDetectionOutput", "Yolov3DetectionOutput")
+
+
+def _benchmark_file(name: str) -> Path:
+    return BENCHMARK_DIR / f"{name.removeprefix(BENCH_PREFIX)}.param"
+
+
+def present(*names: str) -> list[str]:
+    """`names` (struct:NAME or bench:NAME) less the bench: ones BENCHMARK_DIR does not hold."""
+    return [n for n in names if not n.startswith(BENCH_PREFIX) or _benchmark_file(n).is_file()]
+
+
+def load_param(name: str) -> NcnnParam:
+    if name.startswith(STRUCT_PREFIX):
+        return STRUCTURES[name.removeprefix(STRUCT_PREFIX)].build()
+    return read_param(_benchmark_file(name))
+
+
+@functools.cache
+def is_large(name: str) -> bool:
+    return sum(spec.count for layer in load_param(name) for spec in weight_specs(layer)) * 4 > LARGE_WEIGHTS
+
+
+def corpus(large: bool = False) -> list[str]:
+    """The project's structures, then NCNN's benchmark structures present: the small ones or the large ones."""
+    names = present(*(STRUCT_PREFIX + s for s in STRUCTURES), *(BENCH_PREFIX + b for b in BENCHMARK_INPUTS))
+    return [n for n in names if is_large(n) == large]
+
+
+def input_shape(name: str) -> tuple[int, ...]:
+    """The torch (NCHW) input shape a corpus structure is fed."""
+    if name.startswith(STRUCT_PREFIX):
+        return STRUCTURES[name.removeprefix(STRUCT_PREFIX)].input_shape
+    return BENCHMARK_INPUTS[name.removeprefix(BENCH_PREFIX)]
+
+
+def param_file(name: str, folder: Path) -> Path:
+    """The .param of a corpus structure: NCNN's own file for bench:NAME, written into `folder` for struct:NAME."""
+    if name.startswith(BENCH_PREFIX):
+        return _benchmark_file(name)
+    path = folder / f"{file_stem(name)}.param"
+    path.write_text(load_param(name).format())
+    return path
 
 
 @dataclass(frozen=True)
@@ -29,6 +84,15 @@ class ModelFiles:
     param: Path
     bin: Path
     input_shape: tuple[int, ...]
+
+
+def write_model(name: str, folder: Path, seed: int, storage: str = "fp32") -> ModelFiles:
+    """A corpus structure's .param and a seeded random .bin beside it (fp32 or fp16 storage) in `folder`."""
+    param = param_file(name, folder)
+    bin_ = folder / f"{file_stem(name)}.bin"
+    with open(bin_, "wb") as f:
+        random_modelbin(read_param(param), seed, storage).write(f)
+    return ModelFiles(name, param, bin_, input_shape(name))
 
 
 def zoo_specs() -> dict[str, tuple]:

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from model_helpers import BENCHMARK_DIR, BENCHMARK_INPUTS, needs_benchmarks, random_input
+from model_helpers import DETECTION_TYPES, corpus, param_file, present, random_input
 from flexnn_ncnn.cli import UserError
+from flexnn_ncnn.models import generate, read_description
 from flexnn_ncnn.ncnn_model import (TAG_FP16, TAG_INT8, Graph, ModelBin, NcnnParam, WeightRecord, WeightSpec,
                                     read_bin, read_param, weight_specs)
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
@@ -88,40 +89,55 @@ def _check_boundaries_against_stock(param_path: Path, data: bytes, tmp_path: Pat
         assert _load_failure(param_path, cut, capfd) == expected
 
 
-@needs_benchmarks
-@pytest.mark.parametrize("name", sorted(BENCHMARK_INPUTS))
-def test_benchmark_param_round_trip_is_byte_identical(name):
-    text = (BENCHMARK_DIR / f"{name}.param").read_text()
+@pytest.mark.parametrize("name", corpus() + corpus(large=True))
+def test_structure_param_round_trip_is_byte_identical(name, tmp_path):
+    text = param_file(name, tmp_path).read_text()
     param = NcnnParam.parse(text)
     assert param.format() == text
     # a parse of the written text says the same thing
     assert NcnnParam.parse(param.format()).signature() == param.signature()
 
 
-@needs_benchmarks
-@pytest.mark.parametrize("name", sorted(set(BENCHMARK_INPUTS) - {"alexnet", "vgg16", "vision_transformer"}))
-def test_benchmark_bin_round_trip_and_stock_ncnn_loads_it(name, bench_bins, tmp_path, capfd):
-    param_path = BENCHMARK_DIR / f"{name}.param"
-    data = bench_bins[name].read_bytes()
-    param = read_param(param_path)
-    assert read_bin(param, bench_bins[name]).to_bytes() == data
-    assert _load_failure(param_path, bench_bins[name], capfd) is None
+@pytest.mark.parametrize("name", corpus())
+def test_structure_bin_round_trip_and_stock_ncnn_loads_it(name, corpus_files, tmp_path, capfd):
+    files = corpus_files(name)
+    data = files.bin.read_bytes()
+    param = read_param(files.param)
+    assert read_bin(param, files.bin).to_bytes() == data
+    assert _load_failure(files.param, files.bin, capfd) is None
     short = tmp_path / "short.bin"
     short.write_bytes(data[:-1])
-    assert _load_failure(param_path, short, capfd) is not None
+    assert _load_failure(files.param, short, capfd) is not None
     with pytest.raises(UserError, match="truncated"):
         read_bin(param, short)
     # stock NCNN runs the random weights to a finite output (for SSDs, the boxes before DetectionOutput)
     graph = Graph.build(param)
     blobs = [b for layer in graph.order if layer.type == "DetectionOutput" for b in layer.bottoms] or graph.outputs
-    out = run_stock(param_path, bench_bins[name], {graph.inputs[0]: random_input(BENCHMARK_INPUTS[name])}, blobs)
+    out = run_stock(files.param, files.bin, {graph.inputs[0]: random_input(files.input_shape)}, blobs)
     assert all(np.isfinite(v).all() and v.size for v in out.values())
 
 
-@needs_benchmarks
-@pytest.mark.parametrize("name", ["alexnet", "vgg16", "vision_transformer"])
-def test_large_benchmark_bin_round_trip_and_stock_load(name, scratch, capfd):
-    param_path = BENCHMARK_DIR / f"{name}.param"
+@pytest.mark.parametrize("name", ["mobilenet_ssd", "yolov3_tiny", "yolov2"])
+def test_detector_structures_detect_a_number_of_boxes_that_varies_with_the_input(name, tmp_path):
+    """`python -m flexnn_ncnn.models struct:NAME` at the default weight seed and the tests' one: every
+    random input gives detections (label, score, box rows), fewer than the SSD's keep_top_k (100), and
+    their number changes from one input to the next."""
+    for seed in (0, 7):
+        d = read_description(generate(f"struct:{name}", tmp_path, seed))
+        graph = Graph.build(read_param(d["param"]))
+        assert graph.order[-1].type in DETECTION_TYPES and graph.outputs == d["outputs"] == ["output"]
+        (blob, shape), = ((i["name"], tuple(i["shape"])) for i in d["inputs"])
+        rows = []
+        for i in range(8):
+            out = run_stock(d["param"], d["bin"], {blob: random_input((1, *shape), i)}, ["output"])["output"]
+            assert out.ndim == 2 and out.shape[1] == 6, (seed, i, out.shape)
+            rows.append(out.shape[0])
+        assert len(set(rows)) >= 3 and max(rows) < 100, (seed, rows)
+
+
+@pytest.mark.parametrize("name", corpus(large=True))
+def test_large_structure_bin_round_trip_and_stock_load(name, scratch, capfd):
+    param_path = param_file(name, scratch)
     param = read_param(param_path)
     bin_path = scratch / f"{name}.bin"
     with open(bin_path, "wb") as f:
@@ -131,10 +147,10 @@ def test_large_benchmark_bin_round_trip_and_stock_load(name, scratch, capfd):
     assert _load_failure(param_path, bin_path, capfd) is None
 
 
-@needs_benchmarks
-@pytest.mark.parametrize("name", ["shufflenet_v2"])
-def test_benchmark_record_boundaries_match_stock_ncnn(name, bench_bins, tmp_path, capfd):
-    _check_boundaries_against_stock(BENCHMARK_DIR / f"{name}.param", bench_bins[name].read_bytes(), tmp_path, capfd)
+@pytest.mark.parametrize("name", present("struct:resnet", "struct:shufflenet", "bench:shufflenet_v2"))
+def test_structure_record_boundaries_match_stock_ncnn(name, corpus_files, tmp_path, capfd):
+    files = corpus_files(name)
+    _check_boundaries_against_stock(files.param, files.bin.read_bytes(), tmp_path, capfd)
 
 
 @pytest.mark.parametrize("storage", ["fp32", "fp16"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from model_helpers import BENCHMARK_DIR, needs_benchmarks, random_input
+from model_helpers import input_shape, param_file, present, random_input
 from flexnn_ncnn import randbin
 from flexnn_ncnn.cli import run_main
 from flexnn_ncnn.ncnn_model import TAG_FP16, read_bin, read_param
@@ -14,9 +14,9 @@ from flexnn_ncnn.ncnn_model.stock import run_stock
 pytest.importorskip("ncnn")
 
 
-@needs_benchmarks
-def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path, capsys):
-    param = BENCHMARK_DIR / "squeezenet.param"
+@pytest.mark.parametrize("name", present("struct:squeezenet", "bench:squeezenet"))
+def test_same_seed_same_bytes_other_seed_other_bytes(name, tmp_path, capsys):
+    param = param_file(name, tmp_path)
     a, b, c = tmp_path / "a.bin", tmp_path / "b.bin", tmp_path / "c.bin"
     assert run_main(randbin.main, [str(param), "-o", str(a), "--seed", "5"]) == 0
     assert run_main(randbin.main, [str(param), "-o", str(b), "--seed", "5"]) == 0
@@ -24,20 +24,20 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path, capsys):
     assert a.read_bytes() == b.read_bytes() != c.read_bytes()
     assert "seed 5" in capsys.readouterr().out
     # stock NCNN loads and runs it to a finite, non-constant output
-    out = run_stock(param, a, {"data": random_input((1, 3, 227, 227))}, ["output"])["output"]
+    out = run_stock(param, a, {"data": random_input(input_shape(name))}, ["output"])["output"]
     assert np.isfinite(out).all() and out.std() > 0
 
 
-@needs_benchmarks
-def test_fp16_storage_tags_every_weight_record(tmp_path):
-    param = BENCHMARK_DIR / "mobilenet_v2.param"
+@pytest.mark.parametrize("name", present("struct:mobilenet", "bench:mobilenet_v2"))
+def test_fp16_storage_tags_every_weight_record(name, tmp_path):
+    param = param_file(name, tmp_path)
     out = tmp_path / "m.bin"
     assert run_main(randbin.main, [str(param), "-o", str(out), "--storage", "fp16"]) == 0
     modelbin = read_bin(read_param(param), out)
     tagged = [r for lw in modelbin for r in lw.records if r.spec.load_type == 0]
     assert tagged and all(r.tag == TAG_FP16 for r in tagged)
     assert all(r.tag is None for lw in modelbin for r in lw.records if r.spec.load_type == 1)
-    result = run_stock(param, out, {"data": random_input((1, 3, 224, 224))}, ["output"])["output"]
+    result = run_stock(param, out, {"data": random_input(input_shape(name))}, ["output"])["output"]
     assert np.isfinite(result).all()
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import smoke_model
-from model_helpers import BENCHMARK_DIR, BENCHMARK_INPUTS, needs_benchmarks
+from model_helpers import STRUCT_PREFIX, corpus, present
 from flexnn_ncnn import Session, planning, sidecar
 from flexnn_ncnn.planning import ARENA_MARGIN
 from flexnn_ncnn.prepare import prepare_model, write_plan_file
@@ -206,45 +206,42 @@ def test_pipelined_inferences_never_hang(tmp_path: Path) -> None:
 
 
 def assert_equal_stock_from_generous_to_tightest(param: Path, bin_: Path, shape: tuple[int, ...], tmp_path: Path) -> None:
-    """Prepare the model, then move one session through the generous, middle and tightest budgets:
-    every output equals stock NCNN's (default options) and the runtime's count holds each budget."""
+    """Prepare the model, then move one session through the generous, middle and tightest budgets: at
+    each, prepare's own input and another (a detector emits another number of rows for it) give stock
+    NCNN's outputs (default options), and the runtime's count holds the budget."""
     from flexnn_ncnn.ncnn_model import Graph, read_param
     from flexnn_ncnn.ncnn_model.stock import run_stock
 
     graph = Graph.build(read_param(param))
-    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    refs = run_stock(param, bin_, {graph.inputs[0]: x}, graph.outputs, fp32=False)
+    xs = [np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * (1 + seed) for seed in (0, 1)]
+    refs = [run_stock(param, bin_, {graph.inputs[0]: x}, graph.outputs, fp32=False) for x in xs]
     content = prepare_model(param, bin_, 1 << 34, {graph.inputs[0]: shape})
     path = tmp_path / f"{param.stem}.flexnn.plan.json"
     write_plan_file(content, path)
     session = Session(path)
     for label, budget in budgets_for(content).items():
         session.set_budget(budget)
-        for _ in range(2):
+        for x, ref in zip(xs, refs):
             outputs = session.run({graph.inputs[0]: x})
-            for blob, ref in refs.items():
-                assert_close(outputs[blob], ref)
+            for blob, expected in ref.items():
+                assert_close(outputs[blob], expected)
         assert session.stats()["counted_bytes"] <= budget, label
 
 
-# NCNN's benchmark structures (DESIGN.md section 5) with seeded weights: real layer mixes (depthwise,
-# grouped, concat, shuffles, SE blocks, several outputs), from generous budgets to the tightest feasible.
-# fp16 storage (pnnx's default) goes through ModelBin's conversion path instead of reading in place.
-BENCHMARKS = [("squeezenet", "fp32"), ("squeezenet", "fp16"), ("mobilenet_v2", "fp32"), ("shufflenet_v2", "fp32"),
-              ("googlenet", "fp32"), ("efficientnet_b0", "fp16"), ("yolo-fastestv2", "fp32")]
+# The corpus structures (model_helpers) with seeded weights: real layer mixes (depthwise, grouped,
+# concat, shuffles, SE blocks, detection heads), from generous budgets to the tightest feasible. fp16
+# storage (pnnx's default) goes through ModelBin's conversion path instead of reading in place.
+RUNS = [(name, "fp32") for name in corpus() if name.startswith(STRUCT_PREFIX)] + [
+    (name, storage) for name, storage in [
+        ("struct:squeezenet", "fp16"), ("struct:yolov2", "fp16"), ("bench:squeezenet", "fp32"), ("bench:squeezenet", "fp16"),
+        ("bench:mobilenet_v2", "fp32"), ("bench:shufflenet_v2", "fp32"), ("bench:googlenet", "fp32"),
+        ("bench:efficientnet_b0", "fp16"), ("bench:yolo-fastestv2", "fp32")] if present(name)]
 
 
-@needs_benchmarks
-@pytest.mark.parametrize("name, storage", BENCHMARKS, ids=[f"{n}-{s}" for n, s in BENCHMARKS])
-def test_benchmark_structures_equal_stock_ncnn_from_generous_to_tightest(name: str, storage: str, tmp_path: Path) -> None:
-    from flexnn_ncnn.ncnn_model import read_param
-    from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
-
-    param = BENCHMARK_DIR / f"{name}.param"
-    bin_ = tmp_path / f"{name}.bin"
-    with open(bin_, "wb") as f:
-        random_modelbin(read_param(param), 7, storage).write(f)
-    assert_equal_stock_from_generous_to_tightest(param, bin_, BENCHMARK_INPUTS[name][1:], tmp_path)
+@pytest.mark.parametrize("name, storage", RUNS, ids=[f"{n}-{s}" for n, s in RUNS])
+def test_structures_equal_stock_ncnn_from_generous_to_tightest(name: str, storage: str, corpus_files, tmp_path: Path) -> None:
+    files = corpus_files(name, storage)
+    assert_equal_stock_from_generous_to_tightest(files.param, files.bin, files.input_shape[1:], tmp_path)
 
 
 def test_loader_on_big_cores_dropping_the_page_cache_changes_no_output(tmp_path: Path) -> None:

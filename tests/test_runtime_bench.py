@@ -16,7 +16,7 @@ import pytest
 
 from helpers import built
 from helpers import stock_output
-from model_helpers import BENCHMARK_DIR, BENCHMARK_INPUTS, needs_benchmarks, random_input
+from model_helpers import present, random_input
 from test_runtime import WRITERS, ZOO, ModelCase, assert_close, prepared, write_residual
 
 QEMU = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "-cpu", "cortex-a72"]  # no fp16 arithmetic: fp32 like the oracle
@@ -160,26 +160,27 @@ def test_pnnx_exports_under_qemu_aarch64_equal_ncnn_stock_there(name: str, zoo_e
         assert report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
 
 
-QEMU_BENCHMARKS = [("squeezenet", "fp16"), ("mobilenet_v2", "fp32"), ("shufflenet_v2", "fp32")]
+QEMU_STRUCTURES = [(name, storage) for name, storage in [
+    ("struct:squeezenet", "fp16"), ("struct:mobilenet", "fp32"), ("struct:shufflenet", "fp32"),
+    ("struct:mobilenet_ssd", "fp32"), ("struct:yolov3_tiny", "fp32"), ("struct:yolov2", "fp32"),
+    ("bench:squeezenet", "fp16"), ("bench:mobilenet_v2", "fp32"), ("bench:shufflenet_v2", "fp32")] if present(name)]
 
 
-@needs_benchmarks
-@pytest.mark.parametrize("name, storage", QEMU_BENCHMARKS, ids=[f"{n}-{s}" for n, s in QEMU_BENCHMARKS])
-def test_benchmark_structures_under_qemu_aarch64_equal_ncnn_stock_there(name: str, storage: str, tmp_path: Path) -> None:
-    """NCNN's benchmark structures with seeded weights (depthwise, grouped and 1x1 convolutions, channel
-    shuffles; fp16 storage through ModelBin's conversion) at the tightest budget under qemu (cortex-a72)."""
+@pytest.mark.parametrize("name, storage", QEMU_STRUCTURES, ids=[f"{n}-{s}" for n, s in QEMU_STRUCTURES])
+def test_structures_under_qemu_aarch64_equal_ncnn_stock_there(name: str, storage: str, corpus_files, tmp_path: Path) -> None:
+    """Corpus structures with seeded weights (depthwise, grouped and 1x1 convolutions, channel shuffles,
+    odd channel counts, detection heads; fp16 storage through ModelBin's conversion) at the tightest
+    budget under qemu (cortex-a72)."""
     from flexnn_ncnn.ncnn_model import Graph, read_param
-    from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 
-    source = BENCHMARK_DIR / f"{name}.param"
-    graph = Graph.build(read_param(source))
+    files = corpus_files(name, storage)
+    graph = Graph.build(read_param(files.param))
 
     def writer(folder: Path) -> tuple[Path, Path, np.ndarray]:
-        param, bin_ = folder / source.name, folder / f"{name}.bin"
-        shutil.copyfile(source, param)
-        with open(bin_, "wb") as f:
-            random_modelbin(read_param(source), 7, storage).write(f)
-        return param, bin_, random_input(BENCHMARK_INPUTS[name])
+        param, bin_ = folder / files.param.name, folder / files.bin.name
+        shutil.copyfile(files.param, param)
+        shutil.copyfile(files.bin, bin_)
+        return param, bin_, random_input(files.input_shape)
 
     blobs = (f"input={graph.inputs[0]}", f"output={graph.outputs[0]}")
     report, out = bench(QEMU, "linux-aarch64", tmp_path, "budget=min", *blobs, writer=writer)

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from model_helpers import BENCHMARK_DIR, BENCHMARK_INPUTS, needs_benchmarks, random_input, relative_error
+from model_helpers import DETECTION_TYPES, corpus, present, random_input, relative_error, write_model
 from helpers import assert_user_error, run_module
 from flexnn_ncnn import slice as slice_cli
 from flexnn_ncnn.cli import UserError, run_main
@@ -73,8 +73,8 @@ def _compare_with_stock(files_param, files_bin, result, graph, feeds, tmp_path) 
         result.modelbin.write(f)
     # the outputs, and the output of every sliced layer (its Concat keeps the original blob name)
     original = read_param(files_param)
-    # an SSD's detections depend on thresholds: compare the boxes and scores DetectionOutput reads
-    outputs = [b for layer in graph.order if layer.type == "DetectionOutput" for b in layer.bottoms] or graph.outputs
+    # a detector's rows depend on thresholds: compare the boxes and scores its detection layer reads
+    outputs = [b for layer in graph.order if layer.type in DETECTION_TYPES for b in layer.bottoms] or graph.outputs
     blobs = list(dict.fromkeys(outputs + [original.layer(d.layer).tops[0] for d in result.sliced]))
     worst = 0.0
     for winograd in (True, False):
@@ -102,38 +102,37 @@ def test_sliced_zoo_model_matches_stock_ncnn(name, zoo_exports, tmp_path):
         assert ModelBin.parse(result.param, result.modelbin.to_bytes()).nbytes == result.modelbin.nbytes
 
 
-SMALL_BENCHMARKS = sorted(set(BENCHMARK_INPUTS) - {"alexnet", "vgg16", "vision_transformer"})
+# weights-dominated layers set these structures' peaks: the tightest budget slices them
+WEIGHTS_BOUND = {"struct:mobilenet", "struct:squeezenet", "struct:resnet", "struct:shufflenet", "struct:mobilenet_ssd",
+                 "struct:yolov3_tiny", "struct:yolov2", "bench:squeezenet", "bench:resnet18", "bench:googlenet",
+                 "bench:yolo-fastestv2"}
 
 
-@needs_benchmarks
-@pytest.mark.parametrize("name", SMALL_BENCHMARKS)
-def test_sliced_benchmark_model_matches_stock_ncnn(name, bench_bins, tmp_path):
-    param_path = BENCHMARK_DIR / f"{name}.param"
-    param, modelbin, graph, shapes = _prepare(param_path, bench_bins[name], BENCHMARK_INPUTS[name])
-    feeds = {graph.inputs[0]: random_input(BENCHMARK_INPUTS[name])}
+@pytest.mark.parametrize("name", corpus())
+def test_sliced_structure_matches_stock_ncnn(name, corpus_files, tmp_path):
+    files = corpus_files(name)
+    param, modelbin, graph, shapes = _prepare(files.param, files.bin, files.input_shape)
+    feeds = {graph.inputs[0]: random_input(files.input_shape)}
     tightest = slice_model(param, modelbin, graph, shapes, 2**40, HOST16).min_budget
     for budget in (tightest, tightest * 3 // 2):
         result = slice_model(param, modelbin, graph, shapes, budget, HOST16)
         _check_fits(result)
-        if name in ("squeezenet", "resnet18", "googlenet", "yolo-fastestv2") and budget == tightest:
-            assert result.sliced  # weights-dominated layers set these models' peaks
-        assert _compare_with_stock(param_path, bench_bins[name], result, graph, feeds, tmp_path) <= TOLERANCE
+        if name in WEIGHTS_BOUND and budget == tightest:
+            assert result.sliced
+        assert _compare_with_stock(files.param, files.bin, result, graph, feeds, tmp_path) <= TOLERANCE
 
 
-@needs_benchmarks
-def test_sliced_alexnet_matches_stock_ncnn(scratch):
-    # 244 MB of weights, 92% of them in fc6/fc7: the FC weights-slicing case at full size
-    from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
-    param_path, bin_path = BENCHMARK_DIR / "alexnet.param", scratch / "alexnet.bin"
-    with open(bin_path, "wb") as f:
-        random_modelbin(read_param(param_path), seed=5).write(f)
-    param, modelbin, graph, shapes = _prepare(param_path, bin_path, BENCHMARK_INPUTS["alexnet"])
+@pytest.mark.parametrize("name", present("struct:alexnet", "bench:alexnet"))
+def test_sliced_alexnet_matches_stock_ncnn(name, scratch):
+    # 244 MB of weights, 89% of them in fc6/fc7: the FC weights-slicing case at full size
+    files = write_model(name, scratch, seed=5)
+    param, modelbin, graph, shapes = _prepare(files.param, files.bin, files.input_shape)
     tightest = slice_model(param, modelbin, graph, shapes, 2**40, HOST16).min_budget
     result = slice_model(param, modelbin, graph, shapes, tightest, HOST16)
     _check_fits(result)
     assert {"fc6", "fc7"} <= {d.layer for d in result.sliced}
-    feeds = {"data": random_input(BENCHMARK_INPUTS["alexnet"])}
-    assert _compare_with_stock(param_path, bin_path, result, graph, feeds, scratch) <= TOLERANCE
+    feeds = {"data": random_input(files.input_shape)}
+    assert _compare_with_stock(files.param, files.bin, result, graph, feeds, scratch) <= TOLERANCE
 
 
 def test_tightest_budget_is_the_smallest_accepted(zoo_exports):

@@ -1,15 +1,16 @@
 """Full-size VGG-19 (224x224): after slicing, no layer's working set exceeds the limit the budget
-leaves it. VGG-19 is NCNN's benchmark VGG-16 with the fourth conv of stages 3-5 added (config E),
-so its shape hints come with it and the analysis needs no run; stock NCNN runs the result once."""
+leaves it. VGG-19 is VGG-16 (the project's structure, and NCNN's benchmark file when present) with the
+fourth conv of stages 3-5 added (config E); NCNN's file brings its shape hints along, the project's
+structure has its shapes measured by one stock run. Stock NCNN runs the sliced result once."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from model_helpers import BENCHMARK_DIR, needs_benchmarks, random_input
+from model_helpers import load_param, present, random_input
 from flexnn_ncnn.analysis import analyze
-from flexnn_ncnn.ncnn_model import Graph, Layer, NcnnParam, declared_input_shapes, infer_shapes, read_param
+from flexnn_ncnn.ncnn_model import Graph, Layer, NcnnParam, declared_input_shapes, infer_shapes
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.slicing import Target, slice_model
@@ -19,8 +20,7 @@ pytest.importorskip("ncnn")
 BUDGETS = (100 * 10**6, 50 * 10**6)  # the paper's 100 MB, and one where the convolutions are cut too
 
 
-def vgg19_param() -> NcnnParam:
-    vgg16 = read_param(BENCHMARK_DIR / "vgg16.param")
+def vgg19_param(vgg16: NcnnParam) -> NcnnParam:
     layers: list[Layer] = []
     for layer in vgg16:
         if layer.type == "Pooling" and layer.name in ("pool3", "pool4", "pool5"):
@@ -34,13 +34,16 @@ def vgg19_param() -> NcnnParam:
     return NcnnParam(layers)
 
 
-@needs_benchmarks
-def test_vgg19_largest_working_set_fits_the_limit(scratch, capsys):
-    param = vgg19_param()
+@pytest.mark.parametrize("vgg16", present("struct:vgg16", "bench:vgg16"))
+def test_vgg19_largest_working_set_fits_the_limit(vgg16, scratch, capsys):
+    param = vgg19_param(load_param(vgg16))
     assert sum(layer.type == "Convolution" for layer in param) == 16
     graph = Graph.build(param)
-    shapes = infer_shapes(param, graph, declared_input_shapes(param, graph))
     modelbin = random_modelbin(param, seed=19)
+    bin_path = scratch / "vgg19.bin"
+    with open(bin_path, "wb") as f:
+        modelbin.write(f)
+    shapes = infer_shapes(param, graph, declared_input_shapes(param, graph), bin_path)
     live = {a.layer.name: a.live_bytes for a in analyze(graph, shapes)}
     for budget in BUDGETS:
         result = slice_model(param, modelbin, graph, shapes, budget, Target("host", 16))
