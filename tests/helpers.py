@@ -49,3 +49,17 @@ def assert_close(got: np.ndarray, ref: np.ndarray, rtol: float) -> None:
     assert np.all(np.isfinite(got))
     err = float(np.max(np.abs(got - ref)))
     assert err <= rtol * float(np.max(np.abs(ref))), f"max abs diff {err} vs max|ref| {np.max(np.abs(ref))}"
+
+
+def assert_same_detections(got: np.ndarray, ref: np.ndarray, rtol: float = 1e-4) -> None:
+    """A detection head's (label, score, box) rows: the same rows as a set, since boxes whose scores
+    tie may come in either order, each column within rtol x its max|ref|."""
+    assert got.shape == ref.shape
+    if ref.size == 0:
+        return
+    def by_row(d: np.ndarray) -> np.ndarray:
+        return d[np.lexsort(d.T[::-1])]
+    got, ref = by_row(got), by_row(ref)
+    assert np.array_equal(got[:, 0], ref[:, 0]), "labels differ"
+    scale = np.abs(ref).max(axis=0)
+    assert np.all(np.abs(got - ref) <= rtol * np.maximum(scale, 1e-30)), np.abs(got - ref).max(axis=0) / scale

@@ -19,6 +19,7 @@ from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.planning import ARENA_MARGIN
 from flexnn_ncnn.prepare import prepare_model, write_plan_file
+from helpers import assert_same_detections
 
 SHAPE = (3, 48, 48)
 BACKBONE = """Input data 0 1 data 0=48 1=48 2=3
@@ -71,18 +72,6 @@ def seeded_input(seed: int) -> np.ndarray:
 
 def stock_detections(param: Path, bin_: Path, x: np.ndarray) -> np.ndarray:
     return run_stock(param, bin_, {"data": x}, ["output"], fp32=False)["output"]
-
-
-def assert_same_detections(got: np.ndarray, ref: np.ndarray) -> None:
-    """Same rows (label, score, box) as a set: boxes whose scores tie may come in either order."""
-    assert got.shape == ref.shape
-    if ref.size == 0:
-        return
-    by_row = lambda d: d[np.lexsort(d.T[::-1])]
-    got, ref = by_row(got), by_row(ref)
-    assert np.array_equal(got[:, 0], ref[:, 0]), "labels differ"
-    scale = np.abs(ref).max(axis=0)
-    assert np.all(np.abs(got - ref) <= 1e-4 * np.maximum(scale, 1e-30)), np.abs(got - ref).max(axis=0) / scale
 
 
 @pytest.mark.parametrize("name", sorted(DETECTORS))
