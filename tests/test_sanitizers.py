@@ -15,6 +15,7 @@ import pytest
 from helpers import built
 from test_runtime import WRITERS
 from test_runtime_bench import stress
+from test_value_dependent import YOLOV3, seeded_input, write_model
 
 INFERENCES_PER_MODEL = 350  # x 3 models = 1050 pipelined inferences per sanitizer
 
@@ -41,4 +42,18 @@ def test_heap_buffers_without_the_static_arena_under_a_sanitizer_report_nothing(
     thread right after it computes while the loading thread builds the next ones."""
     program = built(f"host-{sanitizer}", "native", "tests_native", "runtime_stress")
     report = stress([], program, tmp_path, 2, 200, WRITERS["residual"], "static_arena=0")
+    assert report["inferences"] == 200 and report["budgets"] == 3
+
+
+def write_detector(folder: Path):
+    param, bin_ = write_model(folder, "yolov3", YOLOV3)
+    return param, bin_, seeded_input(0)
+
+
+@pytest.mark.parametrize("sanitizer", ["tsan", "asan"])
+def test_a_detection_head_planned_at_its_bound_under_a_sanitizer_reports_nothing(sanitizer: str, tmp_path: Path) -> None:
+    """The bounded slot a value-dependent layer computes in (taken before its forward, its top served
+    from it, held to the end of the inference) across pipelined runs and budget switches."""
+    program = built(f"host-{sanitizer}", "native", "tests_native", "runtime_stress")
+    report = stress([], program, tmp_path, 2, 200, write_detector)
     assert report["inferences"] == 200 and report["budgets"] == 3
