@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True,
-                        help="comma-separated zoo names, bench:NAME, or model .json paths (python -m flexnn_ncnn.models --list)")
+                        help="comma-separated zoo names, struct:NAME, bench:NAME, or model .json paths (python -m flexnn_ncnn.models --list)")
     parser.add_argument("--budgets", type=parse_budgets, default=[],
                         help=f"comma-separated budgets for {', '.join(configs.BUDGETED)}, e.g. 35MB,50MB,100MB")
     parser.add_argument("--modes", default=None,
