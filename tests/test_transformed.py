@@ -216,10 +216,19 @@ def test_a_file_made_on_another_isa_is_refused_naming_the_field(tmp_path: Path) 
         _executor(path)
 
 
+def _huge_mat_count(b: bytes) -> bytes:
+    """The first layer's count of transformed Mats in the index made 2^32 - 1: refused before anything
+    is sized by it (the header holds the index's offset at byte 16; the index starts with the layer
+    count, then the first layer's index and its Mat count)."""
+    at = int.from_bytes(b[16:24], "little") + 8
+    return b[:at] + (0xFFFFFFFF).to_bytes(4, "little") + b[at + 4:]
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda b: b[: len(b) // 2], "truncated or corrupt"),
     (lambda b: b"XXXX" + b[4:], "not a transformed-weights file"),
-], ids=["truncated", "bad-magic"])
+    (_huge_mat_count, "has a corrupt index"),
+], ids=["truncated", "bad-magic", "huge-count"])
 def test_a_damaged_file_is_refused(damage, message: str, tmp_path: Path) -> None:
     w = write_kernels(tmp_path)
     path = prepared(w)

@@ -118,7 +118,14 @@ Status Executor::choose_loader_cpus()
 
 uint64_t Executor::arena_bytes() const
 {
+    std::lock_guard<std::mutex> state(state_);
     return arena_ ? plan_.arena_bytes + NCNN_MALLOC_OVERREAD : 0;
+}
+
+Plan Executor::plan() const
+{
+    std::lock_guard<std::mutex> state(state_);
+    return plan_;
 }
 
 Status Executor::set_budget(uint64_t budget, const PlannerOptions& options)
@@ -137,6 +144,11 @@ Status Executor::set_budget(uint64_t budget, const PlannerOptions& options)
 Status Executor::set_plan(const Plan& plan)
 {
     std::lock_guard<std::mutex> turn(turn_);
+    return set_plan_locked(plan);
+}
+
+Status Executor::set_plan_locked(const Plan& plan)
+{
     Status s = check_plan(profile_, plan);
     if (!s.ok())
         return Status::error("plan: " + s.message());
@@ -181,15 +193,32 @@ Status Executor::set_plan(const Plan& plan)
         wait_for[d.load] = std::max(wait_for[d.load], d.comp);
     }
 
-    // between inferences: nothing is computing or loading
+    // between inferences: nothing is computing or loading. The old arena goes before the new one is
+    // allocated (never both at once); when the new one cannot be had, the old plan is bound again.
+    const bool had_plan = has_plan_;
+    const Plan previous = plan_;
     release_arena();
     if (options_.static_arena)
     {
-        arena_.reset(static_cast<unsigned char*>(ncnn::fastMalloc(plan.arena_bytes)));
-        if (!arena_)
-            return Status::error("cannot allocate an arena of " + std::to_string(plan.arena_bytes) + " B");
+        std::unique_ptr<unsigned char, void (*)(unsigned char*)> arena(static_cast<unsigned char*>(ncnn::fastMalloc(plan.arena_bytes)), free_arena);
+        if (!arena)
+        {
+            const Status failed = Status::error("cannot allocate an arena of " + std::to_string(plan.arena_bytes) + " B");
+            if (had_plan)
+            {
+                Status s = set_plan_locked(previous);
+                if (!s.ok())
+                    return Status::error(failed.message() + ", nor the current plan's again: " + s.message());
+            }
+            return Status::error(failed.message() + (had_plan ? ": the current plan stays" : ""));
+        }
+        std::lock_guard<std::mutex> state(state_);
+        arena_ = std::move(arena);
     }
-    plan_ = plan;
+    {
+        std::lock_guard<std::mutex> state(state_);
+        plan_ = plan;
+    }
     has_plan_ = true;
     resident_ = resident;
     built_.assign(steps, false); // resident layers are built by the next run's loading thread
@@ -207,6 +236,7 @@ void Executor::release_arena()
         model_->planned(layer)->unload(load_opt_);
     built_.assign(built_.size(), false);
     has_plan_ = false;
+    std::lock_guard<std::mutex> state(state_);
     arena_.reset();
 }
 
@@ -244,6 +274,20 @@ Status Executor::load_step(int step)
 // Whenever it stops early it stops the inference too, so no computation waits for a load forever.
 void Executor::load_all()
 {
+    try
+    {
+        load_steps();
+    }
+    catch (const std::exception& e)
+    {
+        failure_.set(std::string("the loading thread threw: ") + e.what());
+    }
+    if (failure_.failed())
+        progress_.stop();
+}
+
+void Executor::load_steps()
+{
     if (pin_loader_ && ncnn::set_cpu_thread_affinity(loader_cpus_) != 0)
         failure_.set("cannot pin the loading thread to its cores (" + std::to_string(loader_cpus_.num_enabled()) + " chosen)");
     weights_.begin_inference(std::this_thread::get_id());
@@ -271,8 +315,6 @@ void Executor::load_all()
         }
         progress_.loaded(step);
     }
-    if (failure_.failed())
-        progress_.stop();
 }
 
 int Executor::before_compute(int layer_index)
@@ -299,6 +341,12 @@ int Executor::before_compute(int layer_index)
         return -1;
     compute_clock_.begin(step);
     return 0;
+}
+
+int Executor::raised(int layer_index, const std::string& what)
+{
+    failure_.set("layer " + model_->layer_name(layer_index) + " threw: " + what);
+    return after_compute(layer_index, -1);
 }
 
 int Executor::after_compute(int layer_index, int ret)
@@ -351,7 +399,7 @@ Status Executor::run(const NamedMats& inputs, NamedMats& outputs, RunStats& stat
     outside_.reset_counts();
     blobs_.begin_inference(std::this_thread::get_id());
     workspace_.begin_inference(std::this_thread::get_id());
-    std::thread loader(&Executor::load_all, this);
+    LoadingThread loader(*this);
 
     std::vector<ncnn::Mat> features;
     ncnn::Extractor ex = model_->net().create_extractor();
@@ -387,7 +435,6 @@ Status Executor::run(const NamedMats& inputs, NamedMats& outputs, RunStats& stat
                      + " layers computed: the execution order differs from prepare's");
     }
     progress_.computed(schedule_.output_step() - 1);
-    progress_.stop();
     loader.join();
 
     compute_clock_.begin(schedule_.output_step());

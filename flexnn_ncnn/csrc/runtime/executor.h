@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace flexnn {
@@ -64,10 +65,8 @@ public:
     // One inference: inputs in schedule().inputs order, outputs in schedule().outputs order.
     Status run(const NamedMats& inputs, NamedMats& outputs, RunStats& stats);
 
-    const Plan& plan() const
-    {
-        return plan_;
-    }
+    // the current plan (a copy: set_plan may replace it meanwhile)
+    Plan plan() const;
     const LayerSchedule& schedule() const
     {
         return schedule_;
@@ -87,13 +86,44 @@ private:
 
     int before_compute(int layer_index) override;
     int after_compute(int layer_index, int ret) override;
+    int raised(int layer_index, const std::string& what) override;
+
 
     // the loading thread's cores for options_.loader_cores
     Status choose_loader_cpus();
     Status load_step(int step);
     // unload every layer, then free the arena (a run needs a plan again)
     void release_arena();
+    // the loading thread's body: load_steps, whatever it throws turned into the inference's failure
     void load_all();
+    void load_steps();
+    Status set_plan_locked(const Plan& plan);
+
+    // The loading thread of one run, joined when it goes out of scope (an exception on the computing
+    // thread included): whatever the loading thread still waits for is stopped first.
+    class LoadingThread
+    {
+    public:
+        explicit LoadingThread(Executor& e)
+            : e_(e), thread_(&Executor::load_all, &e)
+        {
+        }
+        ~LoadingThread()
+        {
+            join();
+        }
+        void join()
+        {
+            if (!thread_.joinable())
+                return;
+            e_.progress_.stop();
+            thread_.join();
+        }
+
+    private:
+        Executor& e_;
+        std::thread thread_;
+    };
     int layer_at(int step) const
     {
         return schedule_.order[step - 1];
@@ -112,7 +142,8 @@ private:
     bool pin_loader_ = false;       // whether the loading thread runs on loader_cpus_ only
     ncnn::CpuSet loader_cpus_;
     ncnn::Option load_opt_;
-    std::mutex turn_; // one run or plan change at a time
+    std::mutex turn_;          // one run or plan change at a time
+    mutable std::mutex state_; // plan_ and arena_ against readers from other threads (plan(), arena_bytes())
 
     // shared by both threads during an inference
     Failure failure_;

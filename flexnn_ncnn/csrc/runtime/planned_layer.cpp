@@ -91,6 +91,19 @@ uint32_t PlannedLayer::loaded_flags() const
 
 Status PlannedLayer::load(const ncnn::ModelBin& mb, const ncnn::Option& opt, ncnn::TransformedWeightStore* store)
 {
+    try
+    {
+        return build(mb, opt, store);
+    }
+    catch (const std::exception& e)
+    {
+        unload(opt);
+        return Status::error("layer " + name + ": building it threw " + e.what());
+    }
+}
+
+Status PlannedLayer::build(const ncnn::ModelBin& mb, const ncnn::Option& opt, ncnn::TransformedWeightStore* store)
+{
     unload(opt);
     std::unique_ptr<ncnn::Layer> layer(ncnn::create_layer_cpu(typeindex));
     if (!layer)
@@ -115,7 +128,17 @@ Status PlannedLayer::load(const ncnn::ModelBin& mb, const ncnn::Option& opt, ncn
     TransformedStoreScope scope(store);
     if (layer->load_model(mb) != 0)
         return Status::error("layer " + name + ": load_model failed");
-    if (layer->create_pipeline(opt) != 0)
+    int created = -1;
+    try
+    {
+        created = layer->create_pipeline(opt);
+    }
+    catch (...)
+    {
+        layer->destroy_pipeline(opt); // what it made before throwing
+        throw;
+    }
+    if (created != 0)
     {
         layer->destroy_pipeline(opt);
         return Status::error("layer " + name + ": create_pipeline failed");
@@ -149,13 +172,21 @@ int PlannedLayer::compute(const std::vector<ncnn::Mat>* bottoms, const ncnn::Opt
     int ret = hooks_->before_compute(layer_index_);
     if (ret != 0)
         return hooks_->after_compute(layer_index_, ret);
-    if (!bound_.bounded() || !bottoms)
-        return hooks_->after_compute(layer_index_, compute(opt));
-    ncnn::Option bounded_opt = opt;
-    bounded_opt.blob_allocator = &bounded_;
-    ret = bounded_.reserve(bound_.max_request_bytes(*bottoms), opt.blob_allocator);
-    if (ret == 0)
-        ret = compute(bounded_opt);
+    // NCNN returns its errors, but what it calls may throw (std::bad_alloc): never through NCNN's frames
+    try
+    {
+        if (!bound_.bounded() || !bottoms)
+            return hooks_->after_compute(layer_index_, compute(opt));
+        ncnn::Option bounded_opt = opt;
+        bounded_opt.blob_allocator = &bounded_;
+        ret = bounded_.reserve(bound_.max_request_bytes(*bottoms), opt.blob_allocator);
+        if (ret == 0)
+            ret = compute(bounded_opt);
+    }
+    catch (const std::exception& e)
+    {
+        return hooks_->raised(layer_index_, e.what());
+    }
     return hooks_->after_compute(layer_index_, ret);
 }
 

@@ -23,6 +23,12 @@ public:
     virtual ~ComputeHooks() = default;
     virtual int before_compute(int layer_index) = 0;
     virtual int after_compute(int layer_index, int ret) = 0;
+    // the layer threw instead of returning (std::bad_alloc, ...): by default a failed computation
+    virtual int raised(int layer_index, const std::string& what)
+    {
+        (void)what;
+        return after_compute(layer_index, -1);
+    }
 };
 
 // The support_* / one_blob_only flags NCNN reads from a layer to convert its inputs, as bits.
@@ -74,6 +80,8 @@ public:
     void release_bounded_top();
 
 private:
+    // load, which turns what this throws (std::bad_alloc) into an error
+    Status build(const ncnn::ModelBin& mb, const ncnn::Option& opt, ncnn::TransformedWeightStore* store);
     // forward through `compute` with the blob allocator a bounded layer needs
     template<typename Compute>
     int compute(const std::vector<ncnn::Mat>* bottoms, const ncnn::Option& opt, Compute&& compute) const;

@@ -123,6 +123,17 @@ std::string encode_index(const std::map<int, LayerTransforms>& layers)
     return out;
 }
 
+// bytes of one entry in the index, as encode_index writes it
+constexpr size_t kMatEntryBytes = 6 * sizeof(int32_t) + sizeof(uint32_t) + 2 * sizeof(uint64_t);
+constexpr size_t kSkippedEntryBytes = sizeof(int32_t) + sizeof(uint64_t) + sizeof(uint32_t) + sizeof(uint64_t);
+
+// whether `count` entries of `entry_bytes` can still follow `at`: a count is checked before anything
+// is sized by it, so a corrupt one fails here instead of in an allocation
+bool fits(const std::string& in, size_t at, uint32_t count, size_t entry_bytes)
+{
+    return count <= (in.size() - at) / entry_bytes;
+}
+
 bool decode_index(const std::string& in, uint64_t file_bytes, std::map<int, LayerTransforms>& layers)
 {
     size_t at = 0;
@@ -133,7 +144,7 @@ bool decode_index(const std::string& in, uint64_t file_bytes, std::map<int, Laye
     {
         int32_t layer = 0;
         uint32_t mats = 0, skipped = 0;
-        if (!get(in, at, layer) || !get(in, at, mats))
+        if (!get(in, at, layer) || !get(in, at, mats) || !fits(in, at, mats, kMatEntryBytes))
             return false;
         LayerTransforms& t = layers[layer];
         t.mats.resize(mats);
@@ -146,10 +157,10 @@ bool decode_index(const std::string& in, uint64_t file_bytes, std::map<int, Laye
             m.dims = v[0], m.w = v[1], m.h = v[2], m.d = v[3], m.c = v[4], m.elempack = v[5];
             if (!get(in, at, m.elemsize) || !get(in, at, m.offset) || !get(in, at, m.bytes))
                 return false;
-            if (m.offset % kAlignment != 0 || m.offset + m.bytes > file_bytes)
+            if (m.offset % kAlignment != 0 || m.bytes > file_bytes || m.offset > file_bytes - m.bytes)
                 return false;
         }
-        if (!get(in, at, skipped))
+        if (!get(in, at, skipped) || !fits(in, at, skipped, kSkippedEntryBytes))
             return false;
         t.skipped.resize(skipped);
         for (SkippedLoad& k : t.skipped)

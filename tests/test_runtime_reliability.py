@@ -1,0 +1,27 @@
+"""What the runtime does when something fails (issue 14): a plan whose arena cannot be allocated
+leaves the executor on its current plan, which still runs to stock NCNN's output."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from flexnn_ncnn import Session
+from flexnn_ncnn.prepare import prepare_model, write_plan_file
+from helpers import stock_output
+from test_runtime import assert_close, write_residual
+
+
+def test_an_arena_that_cannot_be_allocated_keeps_the_current_plan(tmp_path: Path) -> None:
+    param, bin_, x = write_residual(tmp_path)
+    path = tmp_path / "residual.flexnn.plan.json"
+    write_plan_file(prepare_model(param, bin_, 1 << 30), path)
+    session = Session(path)
+    before = session._executor.arena_bytes()
+    impossible = dataclasses.replace(session.plan, arena_bytes=1 << 46, budget=1 << 47)  # 64 TiB: no allocator has it
+    with pytest.raises(RuntimeError, match="cannot allocate an arena of 70368744177664 B: the current plan stays"):
+        session._executor.set_plan(impossible.columns())
+    assert session._executor.arena_bytes() == before
+    assert_close(session.run({"data": x})["output"], stock_output(param, bin_, x))
