@@ -125,19 +125,30 @@ def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes:
     inputs = {name: rng.standard_normal(shapes[name]).astype(np.float32) for name in graph.inputs}
     module = native.load()
     transformed = (transformed or transformed_path(param)) if options.pretransform else None
-    # written beside its final name, moved there once finished: a failed prepare leaves the old file
+    # written beside its final name and moved there once the plan is made: a failed or infeasible
+    # prepare leaves whatever was there
     scratch = transformed.with_name(f".{transformed.name}.{os.getpid()}.tmp") if transformed else None
     try:
-        prepared = module.prepare(str(param), str(bin_path), inputs, graph.outputs, threads=options.threads,
-                                  packing=options.packing, winograd=options.winograd, sgemm=options.sgemm, fp16=options.fp16,
-                                  transformed=str(scratch or ""))
+        content = _prepared(module, param, bin_path, graph, shapes, inputs, options, budget, scratch)
         if transformed and scratch:
             os.replace(scratch, transformed)
-    except RuntimeError as e:
-        raise UserError(f"prepare {param}: {e}") from None
+            content = replace(content, model=replace(content.model, transformed=str(transformed.resolve())))
+        return content
     finally:
         if scratch and scratch.exists():
             scratch.unlink()
+
+
+def _prepared(module: Any, param: Path, bin_path: Path, graph: Graph, shapes: dict[str, tuple[int, ...]],
+              inputs: dict[str, np.ndarray], options: RuntimeOptions, budget: int | None,
+              transformed: Path | None) -> sidecar.Sidecar:
+    """prepare_model's work, its pre-transformed weights written to `transformed`."""
+    try:
+        prepared = module.prepare(str(param), str(bin_path), inputs, graph.outputs, threads=options.threads,
+                                  packing=options.packing, winograd=options.winograd, sgemm=options.sgemm, fp16=options.fp16,
+                                  transformed=str(transformed or ""))
+    except RuntimeError as e:
+        raise UserError(f"prepare {param}: {e}") from None
     tensors, layers = prepared["profile"]
     profile = planning.Profile(
         tuple(planning.TensorUse(l, planning.ROLES[r], o, s, f, u) for l, r, o, s, f, u in tensors),

@@ -25,3 +25,14 @@ def test_an_arena_that_cannot_be_allocated_keeps_the_current_plan(tmp_path: Path
         session._executor.set_plan(impossible.columns())
     assert session._executor.arena_bytes() == before
     assert_close(session.run({"data": x})["output"], stock_output(param, bin_, x))
+
+
+def test_an_infeasible_prepare_writes_no_transformed_weights(tmp_path: Path) -> None:
+    from flexnn_ncnn.planning import InfeasibleBudget
+    from flexnn_ncnn.prepare import transformed_path
+
+    param, bin_, _ = write_residual(tmp_path)
+    with pytest.raises(InfeasibleBudget):
+        prepare_model(param, bin_, 1000)
+    assert not transformed_path(param).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([param.name, bin_.name])  # no scratch left either

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <sstream>
@@ -311,6 +312,8 @@ TransformedWeightsWriter::~TransformedWeightsWriter()
 {
     if (fd_ >= 0)
         close(fd_);
+    if (!finished_ && !scratch_.empty())
+        unlink(scratch_.c_str());
 }
 
 Status TransformedWeightsWriter::create(const std::string& path, const TransformKey& key)
@@ -318,10 +321,14 @@ Status TransformedWeightsWriter::create(const std::string& path, const Transform
     key_text_ = key.text();
     if (sizeof(Header) + key_text_.size() > kHeaderBytes)
         return Status::error("transformed-weights key too long");
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // written beside `path` and renamed over it once finished: a reader (another run preparing the
+    // same model) never sees a file in the making, and a failed prepare leaves the old one
+    const std::string scratch = path + "." + std::to_string(getpid()) + ".tmp";
+    fd_ = ::open(scratch.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0)
-        return Status::error("cannot create " + path + ": " + strerror(errno));
+        return Status::error("cannot create " + scratch + ": " + strerror(errno));
     path_ = path;
+    scratch_ = scratch;
     end_ = kHeaderBytes;
     return Status();
 }
@@ -386,10 +393,13 @@ Status TransformedWeightsWriter::finish()
     header.index_bytes = index.size();
     std::string head((const char*)&header, sizeof(header));
     head += key_text_;
-    // the header last: a file cut short before this point is never taken for a finished one
+    // the header last, after the records and index are on disk: a file cut short before this point
+    // is never taken for a finished one
     if (!pwrite_all(fd_, index.data(), index.size(), end_) || ftruncate(fd_, (off_t)(end_ + index.size())) != 0
-        || !pwrite_all(fd_, head.data(), head.size(), 0) || fsync(fd_) != 0)
+        || fsync(fd_) != 0 || !pwrite_all(fd_, head.data(), head.size(), 0) || fsync(fd_) != 0
+        || rename(scratch_.c_str(), path_.c_str()) != 0)
         return Status::error("cannot write " + path_ + ": " + strerror(errno));
+    finished_ = true;
     return Status();
 }
 

@@ -106,6 +106,7 @@ public:
     TransformedWeightsWriter(const TransformedWeightsWriter&) = delete;
     TransformedWeightsWriter& operator=(const TransformedWeightsWriter&) = delete;
 
+    // the file appears at `path` when finish() succeeds, whole
     Status create(const std::string& path, const TransformKey& key);
     // the Mats stored from now on are this layer's
     void begin_layer(int layer_index);
@@ -129,6 +130,8 @@ public:
 
 private:
     std::string path_;
+    std::string scratch_; // what is written, renamed to path_ by finish
+    bool finished_ = false;
     std::string key_text_;
     int fd_ = -1;
     uint64_t end_ = 0; // where the next record goes
