@@ -222,8 +222,9 @@ def test_param_values_survive_write_and_read(values):
 
 @pytest.mark.parametrize("text, message", [
     ("7767518\n1 1\nInput in 0 1 data\n", "magic"),
-    ("7767517\n2 1\nInput in 0 1 data\n", "header says 2 layers"),
-    ("7767517\n1 2\nInput in 0 1 data\n", "header says 2 blobs"),
+    ("7767517\n2 1\nInput in 0 1 data\n", "layer 1 of 2: expected"),
+    ("7767517\n2 1\nInput in 0 1 data\nReLU r 1 1 data out\n", "too many blobs"),
+    ("7767517\n0 1\n", "each 1 to 1000000"),
     ("7767517\n1 1\nInput in 0 2 data\n", "fewer blobs"),
     ("7767517\n1 1\nInput in 0 1 data a=1\n", "parameter id"),
     ("7767517\n1 1\nInput in 0 1 data 0=1.2.3\n", "cannot read number"),

@@ -282,7 +282,7 @@ def _edit(path, old: str, new: str) -> None:
 @pytest.mark.parametrize("case, message", [
     ("truncated bin", "truncated at layer"),
     ("wrong magic", "magic 7767517"),
-    ("counts disagree", "header says 5 layers"),
+    ("counts disagree", "layer 4 of 5: expected"),
     ("unknown weighted layer", "unknown layer type 'FancyProduct'"),
     ("budget 0", "must be more than 0 bytes"),
     ("budget too small", "smallest feasible budget"),

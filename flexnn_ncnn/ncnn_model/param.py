@@ -1,6 +1,10 @@
 """NCNN `.param` text: magic 7767517, `layer_count blob_count`, then one layer per line.
 
-A layer line is `Type name bottom_count top_count bottoms... tops... id=value ...`. Values follow
+A layer line is `Type name bottom_count top_count bottoms... tops... id=value ...`. It is read as
+NCNN's `Net::load_param` reads it: the header and blob names are whitespace-separated tokens (blank
+lines mean nothing), a layer's params are the rest of the line its last blob name is on, exactly
+`layer_count` layers are read and what follows them is ignored (with a warning, as is a
+`blob_count` larger than the blobs named; fewer is refused, as NCNN refuses it). Values follow
 NCNN's ParamDict: an id <= -23300 is the old array form (`-23330=4,3,224,224,3`, first element the
 length, stored under id `-(id + 23300)`); a value with `.`, `e` or `E` is a float; `a,b,c` is an
 array; a leading letter or quote is a string. Values keep their text so an untouched layer is
@@ -9,6 +13,7 @@ written back byte-identically; a layer changed in memory is written in pnnx's co
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +21,10 @@ from typing import Iterator, Sequence
 
 from ..cli import UserError
 
+log = logging.getLogger(__name__)
+
 MAGIC = 7767517
+MAX_NET_COUNT = 1000000  # net.cpp max_net_count: layers and blobs a .param may declare
 SHAPE_HINT_ID = 30  # NetPrivate::load_shape_hints reads pd.get(30): per top [dims, w, h, (d,) c]
 _TOKEN = re.compile(r'(?:[^\s"]|"[^"]*")+')  # whitespace-separated, a quoted string may hold spaces
 
@@ -39,6 +47,43 @@ def _parse_scalar(text: str, where: str) -> Scalar:
 def _format_scalar(v: Scalar) -> str:
     # NCNN's own writers print floats with %e; an int must never gain a '.'
     return f"{v:e}" if isinstance(v, float) else str(int(v))
+
+
+class _Scanner:
+    """NCNN's DataReader scan over the text: `token()` is `%s` (whitespace, newlines included, skipped
+    first), `rest_of_line()` what ParamDict::load_param reads (up to the line's end)."""
+
+    _SPACE = re.compile(r"\s*")
+    _WORD = re.compile(r"\S+")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.position = 0
+
+    @property
+    def lineno(self) -> int:
+        return self.text.count("\n", 0, self.position) + 1
+
+    def token(self) -> str:
+        """The next whitespace-separated token, "" at the end."""
+        self.position = self._SPACE.match(self.text, self.position).end()
+        word = self._WORD.match(self.text, self.position)
+        if not word:
+            return ""
+        self.position = word.end()
+        return word.group()
+
+    def rest_of_line(self) -> str:
+        end = len(self.text)
+        for stop in ("\r", "\n"):
+            found = self.text.find(stop, self.position)
+            if found >= 0:
+                end = min(end, found)
+        line, self.position = self.text[self.position:end], end
+        return line
+
+    def rest(self) -> str:
+        return self.text[self.position:]
 
 
 class ParamDict:
@@ -173,35 +218,41 @@ class NcnnParam:
 
     @classmethod
     def parse(cls, text: str, source: str = "<param>") -> NcnnParam:
-        lines = text.splitlines(keepends=True)
-        if not lines or lines[0].strip() != str(MAGIC):
-            raise UserError(f"{source}: not an NCNN text .param (first line must be the magic {MAGIC})")
-        counts = lines[1].split() if len(lines) > 1 else []
-        if len(counts) != 2 or not all(c.isdigit() for c in counts):
-            raise UserError(f"{source}:2: expected 'layer_count blob_count'")
+        scan = _Scanner(text)
+        if scan.token() != str(MAGIC):
+            raise UserError(f"{source}: not an NCNN text .param (it must start with the magic {MAGIC})")
+        counts = (scan.token(), scan.token())
+        if not all(c.isdigit() and 0 < int(c) <= MAX_NET_COUNT for c in counts):
+            raise UserError(f"{source}:{scan.lineno}: expected 'layer_count blob_count', each 1 to {MAX_NET_COUNT}")
         layer_count, blob_count = int(counts[0]), int(counts[1])
         layers = []
-        for lineno, line in enumerate(lines[2:], start=3):
-            tokens = _TOKEN.findall(line)
-            if not tokens:
-                continue
-            where = f"{source}:{lineno}"
-            if len(tokens) < 4 or not tokens[2].isdigit() or not tokens[3].isdigit():
-                raise UserError(f"{where}: expected 'Type name bottom_count top_count ...'")
-            nb, nt = int(tokens[2]), int(tokens[3])
-            if len(tokens) < 4 + nb + nt:
-                raise UserError(f"{where}: layer {tokens[1]} lists fewer blobs than its counts {nb} {nt}")
-            layer = Layer(tokens[0], tokens[1], tokens[4:4 + nb], tokens[4 + nb:4 + nb + nt],
-                          ParamDict.parse(tokens[4 + nb + nt:], where))
-            layer._line = line.rstrip("\r\n")
+        for index in range(layer_count):
+            begin = scan.position
+            head = [scan.token() for _ in range(4)]
+            where = f"{source}:{scan.lineno}"
+            if not head[3] or not head[2].isdigit() or not head[3].isdigit():
+                raise UserError(f"{where}: layer {index} of {layer_count}: expected 'Type name bottom_count top_count ...'")
+            blobs = [scan.token() for _ in range(int(head[2]) + int(head[3]))]
+            if not all(blobs):
+                raise UserError(f"{where}: layer {head[1]} lists fewer blobs than its counts {head[2]} {head[3]}")
+            nb = int(head[2])
+            layer = Layer(head[0], head[1], blobs[:nb], blobs[nb:], ParamDict.parse(_TOKEN.findall(scan.rest_of_line()), where))
+            layer._line = text[begin:scan.position].strip()
             layer._signature = layer.signature()
             layers.append(layer)
-        model = cls(layers, text, None, "\r\n" if lines[0].endswith("\r\n") else "\n")
+        model = cls(layers, text, None, "\r\n" if "\r\n" in text else "\n")
         model._signature = model.signature()
-        if len(layers) != layer_count:
-            raise UserError(f"{source}: header says {layer_count} layers, file has {len(layers)}")
-        if len(model.blob_names) != blob_count:
-            raise UserError(f"{source}: header says {blob_count} blobs, layers name {len(model.blob_names)}")
+        named = len(model.blob_names)
+        if named > blob_count:
+            raise UserError(f"{source}: header says {blob_count} blobs, the layers name {named} (NCNN refuses: too many blobs)")
+        if named < blob_count:
+            log.warning("%s: header says %d blobs, the layers name %d: NCNN leaves the other %d empty",
+                        source, blob_count, named, blob_count - named)
+        trailing = scan.rest()
+        if trailing.strip():
+            scan.position += len(trailing) - len(trailing.lstrip())
+            log.warning("%s:%d: ignoring what follows the %d layers the header counts, as NCNN does",
+                        source, scan.lineno, layer_count)
         return model
 
     def format(self) -> str:
