@@ -19,6 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from .cli import UserError, add_logging_args, run_main, setup_logging
+from .files import atomic_write
 from .units import format_size, parse_size
 
 
@@ -26,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("plan", type=Path, help="plan sidecar (MODEL.flexnn.plan.json) from `python -m flexnn_ncnn.prepare` or `python -m flexnn_ncnn.plan`")
     parser.add_argument("--input", type=Path, action="append", required=True,
-                        help="input .npy (float32, NCNN's shape: c,h,w); repeat as NAME=FILE for several inputs")
+                        help="input .npy (float32, of the shape the plan was prepared for, NCNN's c,h,w); repeat as NAME=FILE for several inputs")
     parser.add_argument("--output", type=Path, help="write the outputs to this .npz, one array per output blob")
     parser.add_argument("--loops", type=int, default=1, help="inferences to run (default: %(default)s)")
     parser.add_argument("--budget", help="re-plan for this budget instead of the file's plan, e.g. 60MB")
@@ -51,14 +52,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise UserError(f"the model has inputs {', '.join(session.inputs)}: pass each as --input NAME=FILE")
             name = session.inputs[0]
         try:
-            inputs[name] = np.load(file)
+            inputs[name] = np.load(file, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise UserError(f"cannot read input {file}: {e}") from None
+    session.check_inputs(inputs)
     outputs = {}
     for _ in range(args.loops):
         outputs = session.run(inputs)
     if args.output:
-        np.savez(args.output, **outputs)
+        atomic_write(args.output, lambda f: np.savez(f, **outputs))
     stats = session.stats()
     if args.json:
         print(json.dumps({k: v for k, v in stats.items() if k not in ("load_wait_us", "latency_us")}

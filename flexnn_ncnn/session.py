@@ -106,9 +106,30 @@ class Session:
         self._set_plan(stored)
         self.budget = budget
 
+    def check_inputs(self, inputs: Mapping[str, Any]) -> None:
+        """Every input the plan was prepared for, by name, as a float32 array of its shape (c, h, w):
+        anything else is a UserError naming what was expected and what was given. A plan holds one
+        input shape; serve another with a sidecar prepared for it (docs/RUNTIME.md)."""
+        expected = self.input_shapes
+        unknown = [name for name in inputs if name not in expected]
+        missing = [name for name in expected if name not in inputs]
+        if unknown or missing:
+            raise UserError(f"inputs {sorted(inputs)} given, the plan was prepared for {sorted(expected)}")
+        for name, value in inputs.items():
+            if not isinstance(value, np.ndarray):
+                raise UserError(f"input {name!r} is a {type(value).__name__}, expected a numpy array")
+            if value.dtype != np.float32:
+                raise UserError(f"input {name!r} is {value.dtype}, expected float32")
+            if value.shape != expected[name]:
+                what = "rank" if value.ndim != len(expected[name]) else "shape"
+                raise UserError(f"input {name!r} has {what} {value.shape}, the plan was prepared for {expected[name]} "
+                                f"(NCNN's c, h, w): prepare a sidecar for this shape")
+
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """One inference: {input blob: float32 array} -> {output blob: float32 array} (NCNN's shapes)."""
-        arrays = {name: np.ascontiguousarray(value, dtype=np.float32) for name, value in inputs.items()}
+        """One inference: {input blob: float32 array of the plan's shape} -> {output blob: float32 array}
+        (NCNN's shapes); inputs are checked first (check_inputs)."""
+        self.check_inputs(inputs)
+        arrays = {name: np.ascontiguousarray(value) for name, value in inputs.items()}
         try:
             outputs, stats = self._executor.run(arrays)
         except (RuntimeError, ValueError) as e:
