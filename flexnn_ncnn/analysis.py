@@ -21,9 +21,11 @@ raw size for the others) and its multiply-accumulates.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .ncnn_model import BlobShape, Graph, Layer, weight_specs
+from .ncnn_model.param import ParamDict
+from .ncnn_model.schema import is_int8
 
 CONV_KERNELS = ("winograd63", "winograd43", "im2col_gemm", "direct")
 
@@ -159,6 +161,36 @@ class MatrixModel:
 
 
 @dataclass(frozen=True)
+class Int8Model:
+    """An int8 Convolution or InnerProduct whose output is dequantized to fp32 (int8_scale_term below
+    100): one byte per weight, sliced by output rows with their fp32 bias and weight scale. NCNN picks
+    its own int8 kernel (Winograd F(4,3)/F(2,3) for 3x3 stride 1, else GEMM or packed), whose
+    transformed weights coexist with the stored ones while create_pipeline builds them."""
+
+    rows: int
+    k: int                # weights per output row
+    transformed_per_row: int  # bytes of the kernel's transformed weights per output row
+    extra_per_row: int    # fp32 elements per row beside the weights (bias, weight scale)
+    quantized_in: int     # the input quantized to int8, bordered when padded
+    im2col: int           # the int8 im2col matrix (0 when the kernel multiplies the input directly)
+    accumulator_per_row: int  # bytes per output row of the int32 sums dequantized into the output
+    out_bytes: int
+
+    kernels = ("int8",)
+
+    def cost(self, kernel: str, width: int, tiles: int = 1) -> Cost:
+        concat = self.out_bytes if width < self.rows else 0
+        weights = width * (self.k + self.transformed_per_row + 4 * self.extra_per_row)
+        return Cost(weights, self.quantized_in + self.im2col + width * self.accumulator_per_row + concat)
+
+    def max_tiles(self, kernel: str, min_tile_pixels: int) -> int:
+        return 1
+
+    def streamed_bytes(self, kernel: str) -> int:
+        return self.rows * (self.transformed_per_row + 4 * self.extra_per_row)
+
+
+@dataclass(frozen=True)
 class FixedModel:
     """A layer the slicer does not cut: its weights as loaded and its known scratch."""
 
@@ -182,7 +214,7 @@ class FixedModel:
         return self.weights
 
 
-CostModel = ConvModel | MatrixModel | FixedModel
+CostModel = ConvModel | MatrixModel | Int8Model | FixedModel
 
 
 @dataclass(frozen=True)
@@ -234,8 +266,46 @@ def _matrix_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> Ma
     return None
 
 
+def _int8_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> Int8Model | None:
+    """An int8 group-1 Convolution or InnerProduct with a dequantized (fp32) output; None otherwise."""
+    p = layer.params
+    term = p.get_int(8, 0)
+    if not is_int8(layer) or term > 100 or layer.type == "ConvolutionDepthWise" or len(layer.bottoms) != 1:
+        return None
+    extra = 1 + int(bool(p.get_int(5 if layer.type == "Convolution" else 1, 0)))  # weight scale, bias
+    if layer.type == "InnerProduct":
+        rows = p.get_int(0, 0)
+        k = p.get_int(2, 0) // rows
+        return Int8Model(rows, k, k, extra, k, 0, 4, out_shape.nbytes)
+    if in_shape.dims != 3 or p.get_int(19, 0):
+        return None
+    conv = _conv_model(replace(layer, params=_without(p, 8)), in_shape, out_shape)
+    if conv is None:
+        return None
+    k = conv.cin * conv.kh * conv.kw
+    pixels = conv.pixels
+    l, r, t, b = conv.pads
+    quantized = conv.cin * (conv.in_hw[0] + t + b) * (conv.in_hw[1] + l + r)
+    winograd = "winograd43" in conv.kernels and (conv.cin > 8 or conv.cout > 8)
+    direct_gemm = (conv.kh, conv.kw) == (1, 1) and conv.stride == (1, 1)
+    if winograd:  # F(4,3): 36 int16 per input channel; input and output transformed over 4x4 tiles
+        tiles = math.ceil(conv.out_hw[0] / 4) * math.ceil(conv.out_hw[1] / 4)
+        return Int8Model(conv.cout, k, 36 * 2 * conv.cin, extra, quantized + 36 * 2 * tiles * conv.cin, 0,
+                         36 * 4 * tiles, out_shape.nbytes)
+    return Int8Model(conv.cout, k, k, extra, quantized, 0 if direct_gemm else k * pixels, 4 * pixels, out_shape.nbytes)
+
+
+def _without(p: ParamDict, pid: int) -> ParamDict:
+    q = p.copy()
+    q.remove(pid)
+    return q
+
+
 def _runtime_weight_bytes(layer: Layer) -> int:
-    return sum(s.count * 4 if s.load_type in (0, 1) else s.count for s in weight_specs(layer))
+    """The layer's weights as NCNN holds them once loaded: fp32, an int8 layer's weights one byte each."""
+    int8 = is_int8(layer)
+    return sum(s.count if int8 and s.role == "weight" else s.count * 4 if s.load_type in (0, 1) else s.count
+               for s in weight_specs(layer))
 
 
 def _fixed_model(layer: Layer, in_shape: BlobShape | None) -> FixedModel:
@@ -257,7 +327,8 @@ def analyze(graph: Graph, shapes: dict[str, BlobShape]) -> list[LayerAnalysis]:
         out_shape = shapes.get(layer.tops[0]) if layer.tops else None
         model: CostModel | None = None
         if in_shape is not None and out_shape is not None:
-            model = _conv_model(layer, in_shape, out_shape) or _matrix_model(layer, in_shape, out_shape)
+            model = (_conv_model(layer, in_shape, out_shape) or _matrix_model(layer, in_shape, out_shape)
+                     or _int8_model(layer, in_shape, out_shape))
         if model is None:
             model = _fixed_model(layer, in_shape)
         out.append(LayerAnalysis(i, layer, live, _runtime_weight_bytes(layer), model))

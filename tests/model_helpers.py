@@ -30,6 +30,8 @@ BENCHMARK_INPUTS = {
     "resnet18": (1, 3, 224, 224), "resnet50": (1, 3, 224, 224), "shufflenet": (1, 3, 224, 224),
     "shufflenet_v2": (1, 3, 224, 224), "squeezenet": (1, 3, 227, 227), "squeezenet_ssd": (1, 3, 300, 300),
     "vgg16": (1, 3, 224, 224), "vision_transformer": (1, 3, 384, 384), "yolo-fastestv2": (1, 3, 352, 352),
+    # int8 structures: randbin writes their int8 weight records and scales
+    "googlenet_int8": (1, 3, 224, 224), "mobilenet_ssd_int8": (1, 3, 300, 300), "squeezenet_int8": (1, 3, 227, 227),
 }
 LARGE_WEIGHTS = 64 * 10**6  # fp32 weight bytes above which a structure's .bin is written per test, not kept
 # layers whose output rows depend on the values they read: compare what they read, not what they emit

@@ -54,6 +54,11 @@ Embed            embed            1 1 md1 emb 0=8 1=32 2=1 3=256
 """
 
 
+# stock NCNN's load_model fails on these as it should, then the process dies (SIGSEGV) in the Net it
+# leaves half loaded: our reader's refusal is checked alone
+STOCK_CRASHES_ON_A_SHORT_BIN = {"bench:mobilenet_ssd_int8", "bench:squeezenet_int8"}
+
+
 def _load_failure(param: Path, bin_path: Path, capfd) -> str | None:
     """Which layer stock NCNN's loader fails on for this .bin (None if it loads)."""
     net = ncnn.Net()
@@ -107,7 +112,8 @@ def test_structure_bin_round_trip_and_stock_ncnn_loads_it(name, corpus_files, tm
     assert _load_failure(files.param, files.bin, capfd) is None
     short = tmp_path / "short.bin"
     short.write_bytes(data[:-1])
-    assert _load_failure(files.param, short, capfd) is not None
+    if name not in STOCK_CRASHES_ON_A_SHORT_BIN:
+        assert _load_failure(files.param, short, capfd) is not None
     with pytest.raises(UserError, match="truncated"):
         read_bin(param, short)
     # stock NCNN runs the random weights to a finite output (for SSDs, the boxes before DetectionOutput)

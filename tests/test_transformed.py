@@ -83,8 +83,8 @@ TAG_INT8 = 0x000D4B38  # an int8 weight record's flag (src/modelbin.cpp)
 
 
 def write_mixed(folder: Path) -> Written:
-    """int8 convolutions (3x3: Winograd, 1x1: GEMM) and an int8 InnerProduct, a depthwise convolution
-    (packed) and a Deconvolution (its GEMM path): the layers whose transforms 0003 covers beyond the
+    """int8 convolutions (3x3: Winograd, 1x1: GEMM), an int8 depthwise convolution and an int8
+    InnerProduct, an fp32 depthwise convolution (packed) and a Deconvolution (its GEMM path): the layers whose transforms 0003 covers beyond the
     fp32 Convolution/InnerProduct/Gemm of `write_kernels`. int8 weights w_q with per-channel scale s_w
     and input scale s_x compute sum(w_q * round(x * s_x)) / (s_w * s_x)."""
     rng = np.random.default_rng(5)
@@ -106,13 +106,17 @@ def write_mixed(folder: Path) -> Written:
     lines = ["Input data 0 1 data 0=16 1=16 2=8",
              "Convolution q3 1 1 data q3 0=16 1=3 4=1 5=1 6=1152 8=1 9=1"]
     int8_layer(16, 8 * 16 * 9)
-    lines.append("ConvolutionDepthWise dw 1 1 q3 dw 0=16 1=3 4=1 5=1 6=144 7=16 9=1")
-    record((rng.standard_normal(144) * 0.3).astype("<f4"))
-    blob.extend(floats(16, 0.1))
+    # int8 depthwise: load_model widens its one input scale to one per group, from a raw record the
+    # file does not hold, so that record must still be read
+    lines.append("ConvolutionDepthWise dw 1 1 q3 dw 0=16 1=3 4=1 5=1 6=144 7=16 8=1 9=1")
+    int8_layer(16, 144)
     lines.append("Deconvolution up 1 1 dw up 0=8 1=4 3=2 4=1 5=1 6=2048")
     record((rng.standard_normal(2048) * 0.1).astype("<f4"))
     blob.extend(floats(8, 0.1))
-    lines.append("Convolution q1 1 1 up q1 0=16 1=1 5=1 6=128 8=1 9=1")
+    lines.append("ConvolutionDepthWise dw2 1 1 up dw2 0=8 1=3 4=1 5=1 6=72 7=8 9=1")
+    record((rng.standard_normal(72) * 0.3).astype("<f4"))
+    blob.extend(floats(8, 0.1))
+    lines.append("Convolution q1 1 1 dw2 q1 0=16 1=1 5=1 6=128 8=1 9=1")
     int8_layer(16, 128)
     lines += ["Pooling gap 1 1 q1 gap 0=1 4=1", "Flatten flat 1 1 gap flat",
               f"InnerProduct fc 1 1 flat output 0={FC_OUT} 1=1 2={16 * FC_OUT} 8=1"]

@@ -28,21 +28,21 @@ INPUT_SEEDS = range(1, 21)  # prepare feeds seed 0
 GENEROUS = 1 << 34
 
 
-def sliced_session(param: Path, bin_: Path, shape: tuple[int, ...], budget: int, out: Path) -> Session:
+def sliced_session(param: Path, bin_: Path, shape: tuple[int, ...], budget: int, out: Path, *options: str) -> Session:
     """`python -m flexnn_ncnn.slice` (in this process) for `budget`, then a Session on its sidecar."""
     slice_cli.main([str(param), "--bin", str(bin_), "--budget", str(budget), "--input-shape", ",".join(map(str, shape)),
-                    "-o", str(out)])
+                    "-o", str(out), *options])
     return Session(out / f"{param.name.removesuffix('.param')}.flexnn.plan.json")
 
 
-def smallest_feasible(param: Path, bin_: Path, shape: tuple[int, ...], out: Path) -> int:
+def smallest_feasible(param: Path, bin_: Path, shape: tuple[int, ...], out: Path, *options: str) -> int:
     """The smallest budget the slicer names and then fits: asked for far too little it names a lower
     bound, asked for that the fit loop names a budget it confirmed, which a new slicing for it may
     still miss by a little (the named budget is not yet monotone: issue 13): follow what it names."""
     budget = 1
     for _ in range(6):
         try:
-            sliced_session(param, bin_, shape, budget, out)
+            sliced_session(param, bin_, shape, budget, out, *options)
             return budget
         except UserError as e:
             named = re.search(r"needs ([\d,]+) B[^;]*; that is the smallest feasible budget|"

@@ -242,6 +242,12 @@ SCHEMAS: dict[str, Schema] = {
 }
 
 
+def is_int8(layer: Layer) -> bool:
+    """A convolution or InnerProduct whose weights NCNN stores and computes in int8 (int8_scale_term,
+    param 8): its weight record is int8, followed by fp32 weight and input (and output) scales."""
+    return layer.type in ("Convolution", "ConvolutionDepthWise", "InnerProduct") and layer.params.get_int(8, 0) != 0
+
+
 def weight_specs(layer: Layer) -> list[WeightSpec]:
     """The `.bin` reads of one layer, in NCNN's order."""
     if layer.type in WEIGHTLESS_TYPES:

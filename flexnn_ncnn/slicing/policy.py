@@ -24,7 +24,7 @@ from .target import Target
 
 # how each kernel cuts its layer: by output channels/rows, by im2col tiles, or not at all
 SLICING_OF = {"winograd63": "weights", "winograd43": "weights", "im2col_gemm": "input", "direct": "weights",
-              "gemm": "weights"}
+              "gemm": "weights", "int8": "weights"}
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from .policy import LayerDecision
 KERNEL_PARAM_ID = 26
 TILES_PARAM_ID = 27
 KERNEL_CODES = {"direct": 1, "im2col_gemm": 2, "winograd43": 3, "winograd63": 4}
+PER_ROW = ("weight", "bias", "weight_int8_scales")  # records of Convolution/InnerProduct laid out by output row
 
 
 def _slice_rows(record: WeightRecord, rows: int, lo: int, hi: int, columns: bool = False) -> WeightRecord:
@@ -37,14 +38,12 @@ def _sub_layer(layer: Layer, weights: LayerWeights, lo: int, hi: int, rows: int)
     p.remove(SHAPE_HINT_ID)
     width = hi - lo
     records = []
-    if layer.type == "Convolution":
+    if layer.type in ("Convolution", "InnerProduct"):
         p.set(0, width)
-        p.set(6, layer.params.get_int(6, 0) // rows * width)
-        records = [_slice_rows(r, rows, lo, hi) if r.spec.role in ("weight", "bias") else r for r in weights.records]
-    elif layer.type == "InnerProduct":
-        p.set(0, width)
-        p.set(2, layer.params.get_int(2, 0) // rows * width)
-        records = [_slice_rows(r, rows, lo, hi) for r in weights.records]
+        size_id = 6 if layer.type == "Convolution" else 2
+        p.set(size_id, layer.params.get_int(size_id, 0) // rows * width)
+        # an int8 layer's weight scales go with their rows; its input (and output) scale to every slice
+        records = [_slice_rows(r, rows, lo, hi) if r.spec.role in PER_ROW else r for r in weights.records]
     elif layer.type == "Gemm":
         p.set(8, width)
         trans_b, broadcast_c = layer.params.get_int(3, 0), layer.params.get_int(10, 0)
@@ -61,8 +60,9 @@ def _sub_layer(layer: Layer, weights: LayerWeights, lo: int, hi: int, rows: int)
 
 
 def with_kernel(layer: Layer, kernel: str, tiles: int) -> Layer:
-    """`layer` recording `kernel` and `tiles` in param ids 26 and 27 when it is a Convolution."""
-    if layer.type != "Convolution":
+    """`layer` recording `kernel` and `tiles` in param ids 26 and 27 when it is an fp32 Convolution (NCNN
+    chooses an int8 layer's kernel itself)."""
+    if kernel not in KERNEL_CODES or layer.type != "Convolution":
         return layer
     p = layer.params.copy()
     p.set(KERNEL_PARAM_ID, KERNEL_CODES[kernel])

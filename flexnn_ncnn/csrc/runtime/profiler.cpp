@@ -61,7 +61,7 @@ public:
     ncnn::Mat load(int w, int type) const override
     {
         ncnn::Mat m = raw_.load(w, type);
-        calls.push_back({m.data, reader_.position(), (uint32_t)m.elemsize, (uint64_t)w * m.elemsize});
+        calls.push_back({m.data, reader_.position(), (uint32_t)m.elemsize, (uint64_t)w * m.elemsize, type});
         return m;
     }
 
@@ -71,6 +71,7 @@ public:
         uint64_t end;
         uint32_t elemsize;
         uint64_t bytes;
+        int type; // ModelBin::load's: 0 a tagged weight record, 1 raw fp32 (biases, scales), ...
     };
     mutable std::vector<Call> calls;
 
@@ -81,7 +82,9 @@ private:
 
 // Build every layer the stock way from `heap`, each one's derived weights going to `writer`, and
 // mark the raw weights a layer with transformed ones no longer holds once built (heap no longer owns
-// them): those are never read when the layer is built from the file.
+// them): those are never read when the layer is built from the file. Only tagged weight records
+// (load type 0) are: what a layer derives from its raw fp32 records (int8 scales widened per group in
+// load_model) is not in the file, so those are always read.
 Status record_transforms(Model& model, const ncnn::Option& load_opt, CountingAllocator& heap, TransformedWeightsWriter& writer,
                          std::vector<ByteRange>& ranges)
 {
@@ -114,7 +117,7 @@ Status record_transforms(Model& model, const ncnn::Option& load_opt, CountingAll
         for (size_t k = 0; k < mb.calls.size(); k++)
         {
             const RecordingModelBin::Call& call = mb.calls[k];
-            if (call.data && !heap.owns(const_cast<void*>(call.data)))
+            if (call.type == 0 && call.data && !heap.owns(const_cast<void*>(call.data)))
                 skipped.push_back({(int)k, call.end, call.elemsize, call.bytes});
         }
         writer.set_skipped(std::move(skipped));

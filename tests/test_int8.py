@@ -1,0 +1,120 @@
+"""int8 models (int8_scale_term, param 8): `randbin` writes valid int8 records (int8 weights scaled per
+output row, fp32 weight and input scales), the slicer costs int8 layers by their one-byte weights and
+weights-slices int8 Convolution/InnerProduct with their weight scales (the input scale carried to every
+slice), and the sliced int8 model, run by the runtime, equals stock NCNN's int8 output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from flexnn_ncnn import Session
+from flexnn_ncnn.ncnn_model import Graph, ModelBin, infer_shapes, parse_input_shape, read_bin, read_param
+from flexnn_ncnn.ncnn_model.modelbin import TAG_INT8
+from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
+from flexnn_ncnn.ncnn_model.stock import run_stock
+from flexnn_ncnn.slicing import Target, slice_model
+from test_runtime import assert_close
+from test_unseen_inputs import sliced_session, smallest_feasible
+
+SHAPE = (1, 3, 32, 32)
+HOST = Target("host", 16)
+# ResNet-style: a stem, a residual block of 1x1 convolutions at 32x32, and an FC head whose first layer
+# reads the flattened 64x32x32 features: its weights (65536 x 64) set the model's memory
+RESNET_FC = """7767517
+11 12
+Input data 0 1 data 0=32 1=32 2=3
+Convolution stem 1 1 data stem 0=32 1=3 4=1 5=1 6=864 9=1
+Split s1 1 2 stem s1a s1b
+Convolution b1c1 1 1 s1a b1c1 0=32 1=1 5=1 6=1024 9=1
+Convolution b1c2 1 1 b1c1 b1c2 0=32 1=1 5=1 6=1024
+BinaryOp b1add 2 1 b1c2 s1b b1add 0=0
+ReLU b1relu 1 1 b1add b1
+Convolution expand 1 1 b1 expand 0=64 1=1 5=1 6=2048 9=1
+Flatten flat 1 1 expand flat
+InnerProduct fc1 1 1 flat fc1 0=64 1=1 2=4194304 9=1
+InnerProduct fc2 1 1 fc1 output 0=10 1=1 2=640
+"""
+
+
+def int8_of(text: str) -> str:
+    """The same network with every Convolution and InnerProduct in int8 (dequantized outputs)."""
+    return "\n".join(line + " 8=1" if line.split()[:1] in (["Convolution"], ["InnerProduct"]) else line
+                     for line in text.splitlines()) + "\n"
+
+
+def write(folder: Path, name: str, text: str) -> tuple[Path, Path]:
+    param, bin_ = folder / f"{name}.param", folder / f"{name}.bin"
+    param.write_text(text)
+    with open(bin_, "wb") as f:
+        random_modelbin(read_param(param), seed=3).write(f)
+    return param, bin_
+
+
+def test_randbin_writes_int8_records_stock_ncnn_computes_with(tmp_path: Path) -> None:
+    fp32 = write(tmp_path, "fp32", RESNET_FC)
+    int8 = write(tmp_path, "int8", int8_of(RESNET_FC))
+    weights = read_bin(read_param(int8[0]), int8[1])
+    assert all(weights[name].record("weight").tag == TAG_INT8 for name in ("stem", "b1c1", "expand", "fc1", "fc2"))
+    assert int8[1].stat().st_size * 3 < fp32[1].stat().st_size
+    x = np.random.default_rng(1).standard_normal(SHAPE[1:]).astype(np.float32)
+    ref, got = (run_stock(p, b, {"data": x}, ["output"], fp32=False)["output"] for p, b in (fp32, int8))
+    # the same weights, quantized: close to the fp32 twin, not equal to it
+    assert 0 < np.abs(got - ref).max() <= 0.2 * np.abs(ref).max()
+
+
+def test_int8_slices_to_the_memory_its_weights_imply_and_equals_stock(tmp_path: Path) -> None:
+    fp32 = write(tmp_path, "fp32", RESNET_FC)
+    int8 = write(tmp_path, "int8", int8_of(RESNET_FC))
+    # the fp32 twin in fp32 (NCNN would otherwise store its InnerProduct weights in fp16 on x86)
+    runs = {"fp32": (fp32, ("--no-fp16",)), "int8": (int8, ())}
+    smallest = {name: smallest_feasible(*files, SHAPE, tmp_path / f"{name}-search", *options)
+                for name, (files, options) in runs.items()}
+    sessions = {name: sliced_session(*files, SHAPE, smallest[name], tmp_path / name, *options)
+                for name, (files, options) in runs.items()}
+    # the slicer's own smallest (fc1 cut to one SIMD-wide slice) costs int8 at a byte per weight; the
+    # measured budgets also carry the activations and the runtime's fixed reservation (the uncounted
+    # RSS), which int8 does not shrink
+    lower = {name: slicer_minimum(*files) for name, (files, _) in runs.items()}
+    assert 3 * lower["int8"] <= lower["fp32"], lower
+    arena = {name: s.plan.arena_bytes for name, s in sessions.items()}
+    assert smallest["int8"] < smallest["fp32"] and arena["int8"] < arena["fp32"], (smallest, arena)
+    sliced = read_param(tmp_path / "int8" / "int8.flexnn.param")
+    fc1 = [l for l in sliced if l.name.startswith("fc1.flexnn") and l.type == "InnerProduct"]
+    assert len(fc1) > 1 and all(l.params.get_int(8, 0) == 1 for l in fc1)
+    assert not [l for l in sliced if l.params.get_int(8, 0) and 26 in l.params]  # NCNN picks int8 kernels itself
+    session = sessions["int8"]
+    for seed in range(1, 6):
+        x = np.random.default_rng(seed).standard_normal(SHAPE[1:]).astype(np.float32)
+        assert_close(session.run({"data": x})["output"], run_stock(*int8, {"data": x}, ["output"], fp32=False)["output"])
+        assert session.stats()["counted_bytes"] <= smallest["int8"]
+
+
+def _sliced(param_path: Path, bin_path: Path, budget: int):
+    param = read_param(param_path)
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {"data": parse_input_shape(",".join(map(str, SHAPE)))}, bin_path)
+    return slice_model(param, read_bin(param, bin_path), graph, shapes, budget, HOST)
+
+
+def slicer_minimum(param_path: Path, bin_path: Path) -> int:
+    """The slicer's own smallest budget: every layer cut as far as it goes, activations included."""
+    return _sliced(param_path, bin_path, 1 << 40).min_budget
+
+
+def test_a_sliced_int8_layer_equals_the_whole_one_in_stock_ncnn(tmp_path: Path) -> None:
+    """Each slice computes its rows with their own weight scales and the layer's input scale: stock NCNN
+    gives the sliced model the whole one's output, bit for bit in int8 arithmetic."""
+    param_path, bin_path = write(tmp_path, "int8", int8_of(RESNET_FC))
+    result = _sliced(param_path, bin_path, slicer_minimum(param_path, bin_path))
+    assert {d.layer for d in result.sliced} >= {"fc1"}
+    out_param, out_bin = tmp_path / "s.param", tmp_path / "s.bin"
+    out_param.write_text(result.param.format())
+    with open(out_bin, "wb") as f:
+        result.modelbin.write(f)
+    assert ModelBin.parse(result.param, out_bin.read_bytes()).nbytes == result.modelbin.nbytes
+    x = np.random.default_rng(2).standard_normal(SHAPE[1:]).astype(np.float32)
+    ref = run_stock(param_path, bin_path, {"data": x}, ["output"])["output"]
+    got = run_stock(out_param, out_bin, {"data": x}, ["output"])["output"]
+    assert np.array_equal(got, ref)
