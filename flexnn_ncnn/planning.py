@@ -42,6 +42,19 @@ def _module() -> ModuleType:
     return _planner
 
 
+def _planner_call(name: str, *args: Any) -> Any:
+    """_planner.`name`(*args); a number the native planner cannot take (a layer index past int32, a
+    size past int64: a damaged sidecar) is a UserError, as every other malformed field."""
+    try:
+        return getattr(_module(), name)(*args)
+    except (TypeError, OverflowError) as e:
+        raise UserError(f"a profile or plan number is out of the planner's range ({str(e).splitlines()[0]})") from None
+    except RuntimeError as e:
+        if not str(e).startswith("Unable to cast"):
+            raise
+        raise UserError(f"a profile or plan number is out of the planner's range ({str(e).splitlines()[0]})") from None
+
+
 @dataclass(frozen=True)
 class TensorUse:
     """One allocation of the profiled inference, identified by (layer, role, ordinal)."""
@@ -93,7 +106,7 @@ class Profile:
         return tensors, [(c.load_us, c.compute_us) for c in self.layers]
 
     def validate(self) -> None:
-        message = _module().validate_profile(*self.columns)
+        message = _planner_call("validate_profile", *self.columns)
         if message:
             raise UserError(message)
 
@@ -214,7 +227,7 @@ def _check_algorithm(algorithm: str) -> None:
 def make_plan(profile: Profile, budget: int, algorithm: str = "flexnn", alignment: int = DEFAULT_ALIGNMENT) -> Plan:
     """Plan `profile` into one arena of at most `budget` bytes; deterministic. Raises InfeasibleBudget."""
     _check_algorithm(algorithm)
-    out = _module().make_plan(*profile.columns, budget, algorithm, alignment)
+    out = _planner_call("make_plan", *profile.columns, budget, algorithm, alignment)
     if "plan" in out:
         return Plan.from_columns(out["plan"])
     if not out["infeasible"]:
@@ -225,7 +238,7 @@ def make_plan(profile: Profile, budget: int, algorithm: str = "flexnn", alignmen
 
 def check_plan(profile: Profile, plan: Plan) -> None:
     """Raise InvalidPlan with the first violation (independent of how the plan was made)."""
-    message = _module().check_plan(*profile.columns, plan.columns())
+    message = _planner_call("check_plan", *profile.columns, plan.columns())
     if message:
         raise InvalidPlan(message)
 
@@ -233,16 +246,16 @@ def check_plan(profile: Profile, plan: Plan) -> None:
 def min_feasible_budget(profile: Profile, algorithm: str = "flexnn", alignment: int = DEFAULT_ALIGNMENT) -> int:
     """The smallest budget `make_plan` accepts (bisection; one byte less is infeasible); 0 if none found."""
     _check_algorithm(algorithm)
-    return int(_module().min_feasible_budget(*profile.columns, algorithm, alignment))
+    return int(_planner_call("min_feasible_budget", *profile.columns, algorithm, alignment))
 
 
 def lower_bound(profile: Profile, alignment: int = DEFAULT_ALIGNMENT) -> int:
-    return int(_module().lower_bound(*profile.columns, alignment))
+    return int(_planner_call("lower_bound", *profile.columns, alignment))
 
 
 def expected_stall_us(profile: Profile, plan: Plan) -> float:
     """Time computation waits for loading in one inference, simulated from the profile's costs (a proxy)."""
-    return float(_module().expected_stall_us(*profile.columns, plan.columns()))
+    return float(_planner_call("expected_stall_us", *profile.columns, plan.columns()))
 
 
 def preloaded_weights(profile: Profile, plan: Plan) -> int:

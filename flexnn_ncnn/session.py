@@ -67,8 +67,8 @@ class Session:
                 packing=target.packing, winograd=target.winograd, sgemm=target.sgemm, fp16=target.fp16,
                 loader=loader, drop_page_cache=drop_page_cache, overlap_loading=overlap_loading, direct_io=direct_io,
                 static_arena=static_arena, transformed=str(transformed or ""))
-        except (RuntimeError, ValueError) as e:
-            raise UserError(f"{path}: {e}") from None
+        except (RuntimeError, ValueError, TypeError) as e:  # TypeError: a number out of the runtime's range
+            raise UserError(f"{path}: {str(e).splitlines()[0]}") from None
         self.inputs: list[str] = list(content.inputs)
         self.outputs: list[str] = list(content.schedule.outputs)
         self._load_waits_us: list[float] = []
@@ -84,8 +84,8 @@ class Session:
     def _set_plan(self, plan: planning.Plan) -> None:
         try:
             self._executor.set_plan(plan.columns())
-        except RuntimeError as e:
-            raise UserError(str(e)) from None
+        except (RuntimeError, TypeError) as e:
+            raise UserError(str(e).splitlines()[0]) from None
         self.plan = plan
 
     def set_budget(self, budget: int) -> None:

@@ -1,5 +1,6 @@
 """What the runtime does when something fails (issue 14): a plan whose arena cannot be allocated
-leaves the executor on its current plan, which still runs to stock NCNN's output."""
+leaves the executor on its current plan, which still runs to stock NCNN's output; an infeasible
+prepare leaves no pre-transformed weights behind; a damaged number in a sidecar is one user error."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from flexnn_ncnn import Session
+from flexnn_ncnn.cli import UserError
 from flexnn_ncnn.prepare import prepare_model, write_plan_file
 from helpers import stock_output
 from test_runtime import assert_close, write_residual
@@ -36,3 +38,43 @@ def test_an_infeasible_prepare_writes_no_transformed_weights(tmp_path: Path) -> 
         prepare_model(param, bin_, 1000)
     assert not transformed_path(param).exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([param.name, bin_.name])  # no scratch left either
+
+
+def _number_paths(doc, path=()):
+    """Paths to the numbers of a sidecar (lists: their first three entries)."""
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            yield from _number_paths(value, (*path, key))
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc[:3]):
+            yield from _number_paths(value, (*path, i))
+    elif isinstance(doc, (int, float)) and not isinstance(doc, bool):
+        yield path
+
+
+def test_a_damaged_number_in_a_sidecar_is_one_user_error(tmp_path: Path) -> None:
+    """Every number of a real sidecar replaced, in turn, by a negative, a float, a string, null and
+    integers past int32 and int64: opening and running the sidecar either works or is a UserError (one
+    line), never a TypeError, an OverflowError or a native cast error."""
+    import json
+
+    param, bin_, x = write_residual(tmp_path)
+    path = tmp_path / "residual.flexnn.plan.json"
+    write_plan_file(prepare_model(param, bin_, 1 << 30), path)
+    good = path.read_text()
+    paths = list(_number_paths(json.loads(good)))
+    assert len(paths) > 40
+    for where in paths:
+        for value in (-1, 1.5, "x", None, 2**40, 2**70):
+            doc = json.loads(good)
+            parent = doc
+            for key in where[:-1]:
+                parent = parent[key]
+            parent[where[-1]] = value
+            path.write_text(json.dumps(doc))
+            try:
+                Session(path).run({"data": x})
+            except UserError as e:
+                assert "\n" not in str(e), (where, value, str(e))
+    path.write_text(good)
+    assert_close(Session(path).run({"data": x})["output"], stock_output(param, bin_, x))
