@@ -6,7 +6,10 @@ they were chosen by) and, for the host target, OUTDIR/MODEL.flexnn.transformed (
 pre-transformed weights) and OUTDIR/MODEL.flexnn.plan.json: the model is prepared on this machine
 and planned for the budget; when the plan does not fit, every layer's
 limit is tightened by the shortfall and the model sliced again, or the error names the smallest
-feasible budget found. With --analyze, prints the per-layer memory table instead.
+feasible budget found. `--budget min` (host) finds the smallest budget a slicing fits by bisection
+between the slicer's own lower bound and a budget confirmed to fit, each probe sliced, prepared and
+planned, and reports the probes and their time. With --analyze, prints the per-layer memory table
+instead.
 
 When part of the weights must be streamed on every inference, each Winograd layer is weighed against
 im2col+GEMM by estimated compute + streamed bytes / --stream-bandwidth (docs/SLICING.md; off with
@@ -30,7 +33,7 @@ from .ncnn_model import (BlobShape, Graph, declared_input_shapes, infer_shapes, 
 from .prepare import RuntimeOptions, prepare_model, transformed_path_for, write_plan_file
 from .slicing import TARGETS, SlicingResult, slice_model, target_for
 from .slicing.calibrate import calibrate
-from .slicing.fit import fit_to_budget
+from .slicing.fit import fit_to_budget, smallest_budget
 from .slicing.slicer import write_sliced
 from .slicing.streaming import DEFAULT_BANDWIDTH, DEFAULT_GEMM_RATE, DEFAULT_WINOGRAD_RATE, StreamModel
 from .units import format_size, parse_size
@@ -106,7 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.slice", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("param", type=Path, metavar="MODEL.param", help="NCNN text .param")
-    parser.add_argument("--budget", help="memory budget, e.g. 100MB, 100MiB or bytes (required unless --analyze)")
+    parser.add_argument("--budget", help="memory budget, e.g. 100MB, 100MiB or bytes (required unless --analyze); "
+                                         "`min` (host): the smallest budget a slicing fits, found by bisection")
     parser.add_argument("--bin", type=Path, help="weights (default: the .param's sibling .bin)")
     parser.add_argument("--input-shape", help="input shape, e.g. 1,3,224,224 (default: from the Input layer or shape hints)")
     parser.add_argument("--target", choices=TARGETS, default="host", help="target CPU, for SIMD widths (default host)")
@@ -131,9 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
 
-    budget = parse_size(args.budget) if args.budget is not None else None
-    if budget is None and not (args.analyze or args.calibrate):
-        raise UserError("--budget is required (e.g. --budget 100MB)")
+    smallest = args.budget == "min"
+    budget = parse_size(args.budget) if args.budget is not None and not smallest else None
+    if budget is None and not (smallest or args.analyze or args.calibrate):
+        raise UserError("--budget is required (e.g. --budget 100MB, or min)")
     if budget is not None:
         print(f"budget: {format_size(budget)}")
     target = target_for(args.target)
@@ -167,7 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"Winograd-eligible convolutions:\n{_stream_options(found.stream)}")
         return 0
 
-    assert modelbin is not None and budget is not None
+    assert modelbin is not None
+    if smallest and args.target != "host":
+        raise UserError("--budget min prepares each candidate here: use --target host")
     winograd_rate, gemm_rate = _compute_rates(args.compute_rates)
     stream = None if args.no_stream_aware else \
         StreamModel(float(parse_size(args.stream_bandwidth)), winograd_rate, gemm_rate, args.threads)
@@ -180,9 +187,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if target.name == "host":
         outdir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=outdir, prefix=f".{stem}.slicing-") as scratch:
-            result = fit_to_budget(param, modelbin, graph, shapes, budget, target, options, Path(scratch), progress=True,
-                                   stream=stream)
+            if smallest:
+                found = smallest_budget(param, modelbin, graph, shapes, target, options, Path(scratch), stream)
+                budget, result = found.budget, found.result
+                steps = ", ".join(f"{format_size(p.budget)} {'fits' if p.fits else 'no'}" for p in found.probes)
+                print(f"smallest budget: {format_size(budget)}, found in {len(found.probes)} probes and "
+                      f"{found.seconds:.1f} s ({steps})")
+            else:
+                assert budget is not None
+                result = fit_to_budget(param, modelbin, graph, shapes, budget, target, options, Path(scratch), progress=True,
+                                       stream=stream)
     else:
+        assert budget is not None
         result = slice_model(param, modelbin, graph, shapes, budget, target, progress=True, stream=stream)
     out_param, out_bin, out_json = write_sliced(result, outdir, stem)
     print(summary_table(result))

@@ -7,7 +7,6 @@ runtime's count holds the budget after each input."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
@@ -17,47 +16,29 @@ from flexnn_ncnn import Session
 from flexnn_ncnn import slice as slice_cli
 from flexnn_ncnn.ncnn_model import Graph, read_param
 from flexnn_ncnn.ncnn_model.stock import run_stock
-from flexnn_ncnn.cli import UserError
 from helpers import assert_same_detections
 from flexnn_ncnn.models import BENCH_PREFIX, STRUCT_PREFIX
 from model_helpers import DETECTION_TYPES, corpus, write_model
 from test_runtime import ZOO, assert_close
-from test_slice_fit import RSS_NOISE
 
 INPUT_SEEDS = range(1, 21)  # prepare feeds seed 0
 GENEROUS = 1 << 34
 
 
-def sliced_session(param: Path, bin_: Path, shape: tuple[int, ...], budget: int, out: Path, *options: str) -> Session:
-    """`python -m flexnn_ncnn.slice` (in this process) for `budget`, then a Session on its sidecar."""
+def sliced_session(param: Path, bin_: Path, shape: tuple[int, ...], budget: int | str, out: Path, *options: str) -> Session:
+    """`python -m flexnn_ncnn.slice` (in this process) for `budget` (bytes, or "min": the smallest a slicing
+    fits, found by bisection), then a Session on its sidecar, at the budget it was sliced for."""
     slice_cli.main([str(param), "--bin", str(bin_), "--budget", str(budget), "--input-shape", ",".join(map(str, shape)),
                     "-o", str(out), *options])
     return Session(out / f"{param.name.removesuffix('.param')}.flexnn.plan.json")
 
 
-def smallest_feasible(param: Path, bin_: Path, shape: tuple[int, ...], out: Path, *options: str) -> int:
-    """The smallest budget the slicer names and then fits: asked for far too little it names a lower
-    bound, asked for that the fit loop names a budget it confirmed, which a new slicing for it may
-    still miss by a little (the named budget is not yet monotone: issue 13): follow what it names."""
-    budget = 1
-    for _ in range(6):
-        try:
-            sliced_session(param, bin_, shape, budget, out, *options)
-            return budget
-        except UserError as e:
-            named = re.search(r"needs ([\d,]+) B[^;]*; that is the smallest feasible budget|"
-                              r"the smallest feasible budget is ([\d,]+) B", str(e))
-            assert named, str(e)
-            budget = int((named[1] or named[2]).replace(",", "")) + RSS_NOISE
-    raise AssertionError(f"the slicer named no budget it could fit for {param}")
-
-
 def assert_unseen_inputs_equal_stock(param: Path, bin_: Path, shape: tuple[int, ...], tmp_path: Path) -> None:
     graph = Graph.build(read_param(param))
     detections = {layer.tops[0] for layer in graph.order if layer.type in DETECTION_TYPES}
-    smallest = smallest_feasible(param, bin_, shape, tmp_path / "smallest-search")
-    for label, budget in (("generous", GENEROUS), ("smallest", smallest)):
+    for label, budget in (("generous", GENEROUS), ("smallest", "min")):
         session = sliced_session(param, bin_, shape, budget, tmp_path / label)
+        budget = session.budget
         for seed in INPUT_SEEDS:
             x = np.random.default_rng(seed).standard_normal(shape[1:]).astype(np.float32) * (1 + seed % 3)
             feeds = {graph.inputs[0]: x}

@@ -17,6 +17,8 @@ one found). No hand-set caps: every limit derives from the budget.
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import planning
@@ -88,3 +90,61 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
                 break  # slicing tighter no longer helps: the rest is activations or fixed buffers
             shortfall_before = shortfall
     return None, smallest
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One budget the search for the smallest tried, and whether a slicing fitted it."""
+
+    budget: int
+    fits: bool
+
+
+@dataclass(frozen=True)
+class SmallestBudget:
+    budget: int
+    result: SlicingResult  # the slicing that fits it
+    probes: tuple[Probe, ...]
+    seconds: float
+
+
+def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], target: Target,
+                    options: RuntimeOptions, scratch: Path, stream: StreamModel | None = None,
+                    resolution: int = 256 * 1024) -> SmallestBudget:
+    """The smallest budget fit_to_budget fits, to within `resolution` bytes (or 1%): bisection between
+    the slicer's own lower bound, below which no slicing fits, and a budget confirmed to fit (the one
+    an infeasible fit names, followed while a new slicing for it still misses). Every probe slices,
+    prepares and plans; the budget returned was fitted by one of them."""
+    started = time.monotonic()
+    probes: list[Probe] = []
+
+    def fit(budget: int) -> SlicingResult | None:
+        try:
+            result = fit_to_budget(param, modelbin, graph, shapes, budget, target, options, scratch, stream=stream)
+        except planning.InfeasibleBudget as e:
+            probes.append(Probe(budget, False))
+            log.info("probe %d: %s does not fit (%s)", len(probes), format_size(budget), e)
+            raise
+        probes.append(Probe(budget, True))
+        log.info("probe %d: %s fits", len(probes), format_size(budget))
+        return result
+
+    low = slice_model(param, modelbin, graph, shapes, 1 << 62, target, stream=stream).min_budget
+    high, best = low, None
+    for _ in range(MAX_ATTEMPTS):
+        try:
+            best = fit(high)
+            break
+        except planning.InfeasibleBudget as e:
+            if not e.min_feasible_budget or e.min_feasible_budget <= high:
+                raise
+            low, high = high, e.min_feasible_budget
+    if best is None:
+        raise planning.InfeasibleBudget(high, 0, "no slicing found to fit while following the budgets the fit loop named")
+    while high - low > max(resolution, high // 100):
+        middle = (low + high) // 2
+        try:
+            best, high = fit(middle), middle
+        except planning.InfeasibleBudget:
+            low = middle
+    return SmallestBudget(high, best, tuple(probes), time.monotonic() - started)

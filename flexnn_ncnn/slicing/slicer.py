@@ -74,8 +74,8 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
     if budget < min_budget:
         raise UserError(
             f"budget {format_size(budget)} is too small: layer {bottleneck.layer.name} ({bottleneck.layer.type}) "
-            f"needs {format_size(min_budget)} with its live activations even fully sliced; that is the smallest "
-            f"feasible budget")
+            f"needs {format_size(min_budget)} with its live activations even fully sliced, so no smaller budget is "
+            f"feasible (`--budget min` finds the smallest feasible budget)")
     share = streamed_share(analyses, budget - min_budget) if stream is not None else 0.0
     decisions: dict[str, LayerDecision] = {}
     # disable=None shows the bar only on a terminal: piped stderr keeps to the one-line error contract
