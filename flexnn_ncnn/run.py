@@ -23,6 +23,17 @@ from .files import atomic_write
 from .units import format_size, parse_size
 
 
+def _read_array(path: Path) -> np.ndarray:
+    """The array of a .npy file; anything else (a missing file, an .npz, text, a pickle) is a UserError."""
+    try:
+        with open(path, "rb") as f:
+            return np.lib.format.read_array(f, allow_pickle=False)
+    except OSError as e:
+        raise UserError(f"cannot read input {path}: {e.strerror or e}") from None
+    except ValueError as e:
+        raise UserError(f"input {path} is not a .npy array: {str(e).splitlines()[0]}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("plan", type=Path, help="plan sidecar (MODEL.flexnn.plan.json) from `python -m flexnn_ncnn.prepare` or `python -m flexnn_ncnn.plan`")
@@ -51,11 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if len(args.input) != 1 or len(session.inputs) != 1:
                 raise UserError(f"the model has inputs {', '.join(session.inputs)}: pass each as --input NAME=FILE")
             name = session.inputs[0]
-        try:
-            inputs[name] = np.load(file, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise UserError(f"cannot read input {file}: {e}") from None
-    session.check_inputs(inputs)
+        inputs[name] = _read_array(Path(file))
     outputs = {}
     for _ in range(args.loops):
         outputs = session.run(inputs)

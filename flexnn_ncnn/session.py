@@ -22,6 +22,8 @@ from .process_memory import reset_peak_rss, status_bytes
 
 log = logging.getLogger(__name__)
 
+_AXES = {1: "w", 2: "h, w", 3: "c, h, w", 4: "c, d, h, w"}  # an input's numpy axes by rank: NCNN's dims reversed
+
 
 class Session:
     """A prepared model inside one arena: weights stream in on a loading thread while layers compute.
@@ -107,23 +109,22 @@ class Session:
         self.budget = budget
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> None:
-        """Every input the plan was prepared for, by name, as a float32 array of its shape (c, h, w):
-        anything else is a UserError naming what was expected and what was given. A plan holds one
+        """Every input the plan was prepared for, by name, as a float32 array of its shape (NCNN's dims reversed):
+        anything else is a UserError naming what was expected and what was given. No dtype is converted
+        (NCNN computes in float32; a float64 or integer array is the caller's to convert). A plan holds one
         input shape; serve another with a sidecar prepared for it (docs/RUNTIME.md)."""
         expected = self.input_shapes
-        unknown = [name for name in inputs if name not in expected]
-        missing = [name for name in expected if name not in inputs]
-        if unknown or missing:
+        if set(inputs) != set(expected):
             raise UserError(f"inputs {sorted(inputs)} given, the plan was prepared for {sorted(expected)}")
         for name, value in inputs.items():
             if not isinstance(value, np.ndarray):
-                raise UserError(f"input {name!r} is a {type(value).__name__}, expected a numpy array")
+                raise UserError(f"input {name!r} is a {type(value).__name__}, expected a float32 numpy array")
             if value.dtype != np.float32:
-                raise UserError(f"input {name!r} is {value.dtype}, expected float32")
+                raise UserError(f"input {name!r} is {value.dtype}, expected float32 (convert it: .astype(np.float32))")
             if value.shape != expected[name]:
-                what = "rank" if value.ndim != len(expected[name]) else "shape"
-                raise UserError(f"input {name!r} has {what} {value.shape}, the plan was prepared for {expected[name]} "
-                                f"(NCNN's c, h, w): prepare a sidecar for this shape")
+                axes = _AXES[len(expected[name])]
+                raise UserError(f"input {name!r} has shape {value.shape}, the plan was prepared for {expected[name]} "
+                                f"({axes}): prepare a sidecar per input shape")
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One inference: {input blob: float32 array of the plan's shape} -> {output blob: float32 array}

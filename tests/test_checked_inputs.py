@@ -1,6 +1,8 @@
-"""Inputs are checked against the plan before anything runs: a wrong name, rank, shape or dtype is
-one line naming what was expected and what was given (Session.run, `python -m flexnn_ncnn.run`);
-NCNN would otherwise read past a smaller input inside the arena, where no sanitizer sees it."""
+"""Inputs are checked against the plan before anything runs: a missing, unknown or misnamed input, a
+wrong rank, shape or dtype is one line naming what was expected and what was given (Session.run,
+`python -m flexnn_ncnn.run`); NCNN would otherwise read past a smaller input inside the arena, where
+no sanitizer sees it. The run command also refuses, in one line, an input file that is not a .npy
+array, and writes its outputs atomically."""
 
 from __future__ import annotations
 
@@ -15,12 +17,16 @@ from flexnn_ncnn.prepare import prepare_model, write_plan_file
 from helpers import assert_user_error, run_module, stock_output
 from test_runtime import assert_close, write_residual
 
-# the residual model takes data (8, 16, 16)
+# the residual model takes data (8, 16, 16): name -> (inputs, fragments of the one error line)
+GOOD = np.zeros((8, 16, 16), np.float32)
 WRONG = {
-    "name": ({"image": np.zeros((8, 16, 16), np.float32)}, ["inputs ['image'] given", "prepared for ['data']"]),
-    "rank": ({"data": np.zeros((8, 256), np.float32)}, ["has rank (8, 256)", "prepared for (8, 16, 16)"]),
-    "shape": ({"data": np.zeros((4, 16, 16), np.float32)}, ["has shape (4, 16, 16)", "prepared for (8, 16, 16)"]),
-    "dtype": ({"data": np.zeros((8, 16, 16), np.float64)}, ["'data' is float64, expected float32"]),
+    "missing": ({}, ["inputs [] given", "prepared for ['data']"]),
+    "unknown name": ({"image": GOOD}, ["inputs ['image'] given", "prepared for ['data']"]),
+    "extra name": ({"data": GOOD, "image": GOOD}, ["inputs ['data', 'image'] given", "prepared for ['data']"]),
+    "rank": ({"data": np.zeros((8, 256), np.float32)}, ["has shape (8, 256)", "prepared for (8, 16, 16) (c, h, w)"]),
+    "shape": ({"data": np.zeros((4, 16, 16), np.float32)}, ["has shape (4, 16, 16)", "prepared for (8, 16, 16) (c, h, w)"]),
+    "float64": ({"data": GOOD.astype(np.float64)}, ["'data' is float64, expected float32"]),
+    "int32": ({"data": GOOD.astype(np.int32)}, ["'data' is int32, expected float32"]),
 }
 
 
@@ -45,16 +51,31 @@ def test_a_wrong_input_is_refused_by_the_session(case: str, plan) -> None:
     assert_close(session.run({"data": x})["output"], stock_output(param, bin_, x))  # and it runs on
 
 
-@pytest.mark.parametrize("case", sorted(WRONG))
+@pytest.mark.parametrize("case", sorted(set(WRONG) - {"missing"}))  # the command requires an --input
 def test_a_wrong_input_is_one_line_from_the_run_command(case: str, plan, tmp_path: Path) -> None:
-    path = plan[0]
     inputs, fragments = WRONG[case]
-    (name, value), = inputs.items()
-    np.save(tmp_path / "in.npy", value)
+    args = []
+    for name, value in inputs.items():
+        np.save(tmp_path / f"{name}.npy", value)
+        args += ["--input", f"{name}={tmp_path / name}.npy"]
     out = tmp_path / "out.npz"
-    proc = run_module("run", str(path), "--input", f"{name}={tmp_path / 'in.npy'}", "--output", str(out))
-    assert_user_error(proc, *fragments)
+    assert_user_error(run_module("run", str(plan[0]), *args, "--output", str(out)), *fragments)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (None, "cannot read input"),
+    (b"0.5 0.5 0.5 0.5 0.5\n", "is not a .npy array: the magic string is not correct"),
+    ("npz", "is not a .npy array: the magic string is not correct"),
+])
+def test_an_input_file_that_is_not_a_npy_array_is_one_line(content, fragment: str, plan, tmp_path: Path) -> None:
+    path = tmp_path / "in.npy"
+    if content == "npz":
+        with open(path, "wb") as f:
+            np.savez(f, data=GOOD)
+    elif content is not None:
+        path.write_bytes(content)
+    assert_user_error(run_module("run", str(plan[0]), "--input", str(path)), fragment, str(path))
 
 
 def test_the_run_command_writes_its_outputs_whole(plan, tmp_path: Path) -> None:

@@ -4,11 +4,14 @@ A layer line is `Type name bottom_count top_count bottoms... tops... id=value ..
 NCNN's `Net::load_param` reads it: the header and blob names are whitespace-separated tokens (blank
 lines mean nothing), a layer's params are the rest of the line its last blob name is on, exactly
 `layer_count` layers are read and what follows them is ignored (with a warning, as is a
-`blob_count` larger than the blobs named; fewer is refused, as NCNN refuses it). Values follow
-NCNN's ParamDict: an id <= -23300 is the old array form (`-23330=4,3,224,224,3`, first element the
-length, stored under id `-(id + 23300)`); a value with `.`, `e` or `E` is a float; `a,b,c` is an
-array; a leading letter or quote is a string. Values keep their text so an untouched layer is
-written back byte-identically; a layer changed in memory is written in pnnx's column layout.
+`blob_count` larger than the blob slots the layers take; fewer is refused, as NCNN refuses it). A
+slot is taken by every top (a top name always gets a fresh one) and by every bottom no earlier slot
+names. Integers are NCNN's (sign, digits, int32, at most 31 characters), names at most 255 bytes.
+Values follow NCNN's ParamDict: an id <= -23300 is the old array form (`-23330=4,3,224,224,3`,
+first element the length, stored under id `-(id + 23300)`); a value with `.`, `e` or `E` is a
+float; `a,b,c` is an array; a leading letter or quote is a string. Values keep their text so an
+untouched model is written back byte-identically, what followed its layers included; a changed one
+is written from its layers alone, a changed layer in pnnx's column layout.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ log = logging.getLogger(__name__)
 
 MAGIC = 7767517
 MAX_NET_COUNT = 1000000  # net.cpp max_net_count: layers and blobs a .param may declare
+MAX_NAME_BYTES = 255  # scan_net_value's %255s: a longer type, layer or blob name is refused
+_MAX_INT_CHARS = 31  # scan_net_value's %31s: a longer integer token is refused
+_INT32 = range(-2**31, 2**31)
 SHAPE_HINT_ID = 30  # NetPrivate::load_shape_hints reads pd.get(30): per top [dims, w, h, (d,) c]
 _TOKEN = re.compile(r'(?:[^\s"]|"[^"]*")+')  # whitespace-separated, a quoted string may hold spaces
 
@@ -44,6 +50,11 @@ def _parse_scalar(text: str, where: str) -> Scalar:
         raise UserError(f"{where}: cannot read number {text!r}") from None
 
 
+def _is_count(value: int | None, least: int) -> bool:
+    # Net::load_param's NCNN_VALIDATION bounds on layer, blob, bottom and top counts
+    return value is not None and least <= value <= MAX_NET_COUNT
+
+
 def _format_scalar(v: Scalar) -> str:
     # NCNN's own writers print floats with %e; an int must never gain a '.'
     return f"{v:e}" if isinstance(v, float) else str(int(v))
@@ -53,8 +64,8 @@ class _Scanner:
     """NCNN's DataReader scan over the text: `token()` is `%s` (whitespace, newlines included, skipped
     first), `rest_of_line()` what ParamDict::load_param reads (up to the line's end)."""
 
-    _SPACE = re.compile(r"\s*")
-    _WORD = re.compile(r"\S+")
+    _SPACE = re.compile(r"[ \t\n\v\f\r]*")  # C's isspace, what %s skips
+    _WORD = re.compile(r"[^ \t\n\v\f\r]+")
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -64,14 +75,24 @@ class _Scanner:
     def lineno(self) -> int:
         return self.text.count("\n", 0, self.position) + 1
 
+    def skip_space(self) -> None:
+        self.position = self._SPACE.match(self.text, self.position).end()
+
     def token(self) -> str:
         """The next whitespace-separated token, "" at the end."""
-        self.position = self._SPACE.match(self.text, self.position).end()
+        self.skip_space()
         word = self._WORD.match(self.text, self.position)
         if not word:
             return ""
         self.position = word.end()
         return word.group()
+
+    def integer(self) -> int | None:
+        """scan_net_value's int: an optional sign and digits within int32; None for anything else."""
+        word = self.token()
+        if len(word) > _MAX_INT_CHARS or not re.fullmatch(r"[+-]?[0-9]+", word) or int(word) not in _INT32:
+            return None
+        return int(word)
 
     def rest_of_line(self) -> str:
         end = len(self.text)
@@ -81,9 +102,6 @@ class _Scanner:
                 end = min(end, found)
         line, self.position = self.text[self.position:end], end
         return line
-
-    def rest(self) -> str:
-        return self.text[self.position:]
 
 
 class ParamDict:
@@ -201,11 +219,15 @@ class NcnnParam:
 
     @property
     def blob_names(self) -> list[str]:
-        seen: dict[str, None] = {}
+        """The blob slots NCNN's loader gives these layers, in its order: each bottom no earlier slot
+        names, then every top (a top always takes a fresh slot, so a name may repeat)."""
+        slots: list[str] = []
+        named: set[str] = set()
         for layer in self.layers:
-            for b in (*layer.bottoms, *layer.tops):
-                seen.setdefault(b, None)
-        return list(seen)
+            external = [b for b in dict.fromkeys(layer.bottoms) if b not in named]
+            slots += external + layer.tops
+            named.update(external, layer.tops)
+        return slots
 
     def layer(self, name: str) -> Layer:
         for layer in self.layers:
@@ -219,38 +241,38 @@ class NcnnParam:
     @classmethod
     def parse(cls, text: str, source: str = "<param>") -> NcnnParam:
         scan = _Scanner(text)
-        if scan.token() != str(MAGIC):
+        if scan.integer() != MAGIC:
             raise UserError(f"{source}: not an NCNN text .param (it must start with the magic {MAGIC})")
-        counts = (scan.token(), scan.token())
-        if not all(c.isdigit() and 0 < int(c) <= MAX_NET_COUNT for c in counts):
+        layer_count, blob_count = scan.integer(), scan.integer()
+        if not (_is_count(layer_count, 1) and _is_count(blob_count, 1)):
             raise UserError(f"{source}:{scan.lineno}: expected 'layer_count blob_count', each 1 to {MAX_NET_COUNT}")
-        layer_count, blob_count = int(counts[0]), int(counts[1])
         layers = []
         for index in range(layer_count):
             begin = scan.position
-            head = [scan.token() for _ in range(4)]
+            type_, name, nb, nt = scan.token(), scan.token(), scan.integer(), scan.integer()
             where = f"{source}:{scan.lineno}"
-            if not head[3] or not head[2].isdigit() or not head[3].isdigit():
+            if not (_is_count(nb, 0) and _is_count(nt, 0)):
                 raise UserError(f"{where}: layer {index} of {layer_count}: expected 'Type name bottom_count top_count ...'")
-            blobs = [scan.token() for _ in range(int(head[2]) + int(head[3]))]
+            blobs = [scan.token() for _ in range(nb + nt)]
             if not all(blobs):
-                raise UserError(f"{where}: layer {head[1]} lists fewer blobs than its counts {head[2]} {head[3]}")
-            nb = int(head[2])
-            layer = Layer(head[0], head[1], blobs[:nb], blobs[nb:], ParamDict.parse(_TOKEN.findall(scan.rest_of_line()), where))
+                raise UserError(f"{where}: layer {name} lists fewer blobs than its counts {nb} {nt}")
+            too_long = next((n for n in (type_, name, *blobs) if len(n.encode()) > MAX_NAME_BYTES), None)
+            if too_long is not None:
+                raise UserError(f"{where}: name {too_long[:32]}... is longer than NCNN's {MAX_NAME_BYTES} bytes")
+            layer = Layer(type_, name, blobs[:nb], blobs[nb:], ParamDict.parse(_TOKEN.findall(scan.rest_of_line()), where))
             layer._line = text[begin:scan.position].strip()
             layer._signature = layer.signature()
             layers.append(layer)
         model = cls(layers, text, None, "\r\n" if "\r\n" in text else "\n")
         model._signature = model.signature()
-        named = len(model.blob_names)
-        if named > blob_count:
-            raise UserError(f"{source}: header says {blob_count} blobs, the layers name {named} (NCNN refuses: too many blobs)")
-        if named < blob_count:
-            log.warning("%s: header says %d blobs, the layers name %d: NCNN leaves the other %d empty",
-                        source, blob_count, named, blob_count - named)
-        trailing = scan.rest()
-        if trailing.strip():
-            scan.position += len(trailing) - len(trailing.lstrip())
+        slots = len(model.blob_names)
+        if slots > blob_count:
+            raise UserError(f"{source}: header says {blob_count} blobs, the layers take {slots} (NCNN refuses: too many blobs)")
+        if slots < blob_count:
+            log.warning("%s: header says %d blobs, the layers take %d: NCNN leaves the other %d empty",
+                        source, blob_count, slots, blob_count - slots)
+        scan.skip_space()
+        if scan.position < len(text):
             log.warning("%s:%d: ignoring what follows the %d layers the header counts, as NCNN does",
                         source, scan.lineno, layer_count)
         return model
