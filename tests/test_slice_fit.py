@@ -72,7 +72,7 @@ def test_no_fitting_slicing_names_a_feasible_budget_and_writes_nothing(model, tm
 
 def test_budget_min_finds_and_reports_the_smallest_budget_it_fits(model, tmp_path: Path) -> None:
     """`--budget min` bisects between the slicer's lower bound and a confirmed budget: the budget it reports
-    is the one its sidecar is planned for, and it is no larger than what asking for too little names."""
+    is the one its sidecar is planned for, and the model runs within it to stock NCNN's output."""
     param, shape, x = model
     proc = run_module("slice", str(param), "--budget", "min", "--input-shape", shape, "-o", str(tmp_path / "min"))
     assert proc.returncode == 0, proc.stderr
@@ -81,8 +81,6 @@ def test_budget_min_finds_and_reports_the_smallest_budget_it_fits(model, tmp_pat
     assert session.budget == found
     assert_close(session.run({"in0": x})["out0"], stock_output(param, param.with_suffix(".bin"), x, "in0", "out0"), 1e-4)
     assert session.stats()["counted_bytes"] <= found
-    named = run_module("slice", str(param), "--budget", str(NO_FIT), "--input-shape", shape, "-o", str(tmp_path / "no"))
-    assert found <= int(re.search(r"the smallest feasible budget is ([\d,]+) B", named.stderr)[1].replace(",", ""))
 
 
 def test_budget_min_needs_this_machine(model, tmp_path: Path) -> None:
