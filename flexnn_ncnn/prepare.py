@@ -32,9 +32,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import native, overhead, planning, sidecar
+from . import __version__, native, overhead, planning, sidecar
 from .cli import UserError, add_logging_args, run_main, setup_logging
 from .fetch import sha256_of
+from .files import sampled_digest
 from .ncnn_model import Graph, declared_input_shapes, parse_input_shape, read_param
 from .units import format_size, parse_size
 
@@ -95,7 +96,7 @@ _measured: dict[tuple[str, str, bool, sidecar.Target], int] = {}
 def _uncounted_rss_bytes(content: sidecar.Sidecar) -> int:
     """The resident memory running `content` holds beyond the runtime's count, measured in a fresh
     process on a scratch copy of the sidecar (overhead.py), once per model files and options."""
-    key = (content.model.param_sha256, content.model.bin_sha256, bool(content.model.transformed), content.target)
+    key = (content.model.param_sha256, content.model.bin_digest, bool(content.model.transformed), content.target)
     if key in _measured:
         return _measured[key]
     with tempfile.TemporaryDirectory(prefix="flexnn-overhead-") as scratch:
@@ -169,10 +170,10 @@ def _prepared(module: Any, param: Path, bin_path: Path, graph: Graph, shapes: di
         measuring_plan = _plan(profile, e.min_feasible_budget, outside)
     info = module.build_info()
     content = sidecar.Sidecar(
-        model=sidecar.Model(str(param.resolve()), sha256_of(param), str(bin_path.resolve()), sha256_of(bin_path),
-                            str(transformed.resolve()) if transformed else "", sha256_of(transformed) if transformed else ""),
-        build=sidecar.Build(info["ncnn_version"], info["patch_series_id"]),
-        target=sidecar.Target(info["isa"], int(info["l2_bytes"]), options.threads, options.packing, options.winograd,
+        model=sidecar.Model(str(param.resolve()), sha256_of(param), str(bin_path.resolve()), sampled_digest(bin_path),
+                            str(transformed.resolve()) if transformed else "", sampled_digest(transformed) if transformed else ""),
+        build=sidecar.Build(info["ncnn_version"], info["patch_series_id"], __version__),
+        target=sidecar.Target(info["isa"], info["cpu_features"], int(info["l2_bytes"]), options.threads, options.packing, options.winograd,
                               options.sgemm, options.fp16),
         inputs={name: list(reversed(shapes[name])) for name in graph.inputs},
         schedule=sidecar.Schedule.from_dict(schedule),

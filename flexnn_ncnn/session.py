@@ -52,7 +52,7 @@ class Session:
         for which, file in (("param", param), ("bin", bin_path), ("transformed", transformed)):
             if file is not None and not file.is_file():
                 raise UserError(f"{path}: model.{which} {file} does not exist")
-        sidecar.verify(content, sidecar.Expected.for_run(param, bin_path, threads, module.build_info()["isa"], transformed),
+        sidecar.verify(content, sidecar.Expected.for_run(param, bin_path, threads, module.build_info(), transformed),
                        str(path))
         self.path = path
         self.sidecar = content
@@ -148,6 +148,9 @@ class Session:
             "arena_bytes": arena,
             "outside_arena_bytes": self._outside_peak,
             "counted_bytes": arena + self._outside_peak,
+            # what the count may reach at this budget: the rest of it is the resident memory the
+            # runtime does not count, which prepare measured (sidecar.uncounted_rss_bytes)
+            "counted_limit_bytes": self.budget - self.sidecar.uncounted_rss_bytes,
             "peak_rss_over_idle_bytes": status_bytes("VmHWM") - self._idle_rss,
             "inferences": len(self._latencies_us),
             "load_wait_us": list(self._load_waits_us),

@@ -1,8 +1,9 @@
 """The plan sidecar `MODEL.flexnn.plan.json`: a versioned, self-describing record of what a plan is for.
 
-It names the sliced model (sha256 of its .param and .bin), the build that profiled it (NCNN version
-and patch-series id), the target and options the transformed weights were laid out for (ISA, L2,
-threads, packing, winograd, sgemm, fp16), the input shapes, the runtime's schedule (execution order,
+It names the sliced model (the sha256 of its .param, a sampled digest of its .bin and transformed
+weights), the build that profiled it (NCNN version, patch-series id, this package's version), the
+target and options the profile and the transformed weights were made for (ISA, the CPU features NCNN
+dispatches on, L2, threads, packing, winograd, sgemm, fp16), the input shapes, the runtime's schedule (execution order,
 per-layer .bin byte ranges, layer flags), the slicer's decisions, the profile, the plan, an
 optional ladder of plans for other budgets, and what every plan leaves room for beside the arena
 (`reserved_bytes`: allocations outside it, and the resident memory the runtime does not count). It is the one plan file: prepare writes it, the plan
@@ -19,15 +20,15 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import fetch, patches, planning
+from . import __version__, fetch, patches, planning
 from .cli import UserError
-from .files import atomic_write
+from .files import atomic_write, sampled_digest
 from .jsonfields import field as _field
 from .planning import Plan, Profile
 
 SCHEMA = "flexnn-plan"
-SCHEMA_VERSION = 5  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
-# 5: uncounted_rss_bytes
+SCHEMA_VERSION = 6  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
+# 5: uncounted_rss_bytes; 6: build.runtime_version, target.cpu_features, sampled .bin/.transformed digests
 SUFFIX = ".flexnn.plan.json"
 
 
@@ -38,11 +39,11 @@ class Model:
     param: str
     param_sha256: str
     bin: str
-    bin_sha256: str
+    bin_digest: str  # files.sampled_digest: opening a plan does not read the weights whole
     # the layers' pre-transformed weights prepare wrote (ncnn_patches/0003; its own header carries the
     # build/CPU/options key the native runtime checks); "" when every load transforms raw weights
     transformed: str
-    transformed_sha256: str
+    transformed_digest: str
 
 
 @dataclass(frozen=True)
@@ -51,11 +52,12 @@ class Build:
 
     ncnn_version: str
     patch_series_id: str
+    runtime_version: str  # flexnn_ncnn's: the schedule and profile are what this runtime records
 
     @staticmethod
     def current() -> "Build":
-        """This checkout's pinned NCNN version and patch series."""
-        return Build(fetch.Lock.load().ncnn_version, patches.series_id(patches.read_series()))
+        """This checkout's pinned NCNN version, patch series and package version."""
+        return Build(fetch.Lock.load().ncnn_version, patches.series_id(patches.read_series()), __version__)
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,8 @@ class Target:
     every run of its plan use the same values (the runtime is built from them)."""
 
     isa: str  # the native module's, e.g. x86_64, aarch64
-    l2_bytes: int
+    cpu_features: str  # the ISA extensions NCNN dispatches kernels and layouts on, e.g. "avx,fma,f16c,avx2"
+    l2_bytes: int  # NCNN sizes its GEMM tiles by it
     threads: int  # computing threads
     packing: bool  # NCNN's packed layouts (use_packing_layout)
     winograd: bool  # use_winograd_convolution
@@ -187,7 +190,7 @@ class Sidecar:
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
             raise UserError(f"schema_version {version!r} is not supported (this flexnn_ncnn reads {SCHEMA_VERSION}, "
-                            f"which records uncounted_rss_bytes): prepare the model again")
+                            f"which records the runtime version and the CPU features): prepare the model again")
         known = {"schema", "schema_version", *(f.name for f in fields(Sidecar))}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -226,27 +229,34 @@ class Expected:
     """What the caller is about to run; None means "not checked"."""
 
     param_sha256: str | None = None
-    bin_sha256: str | None = None
-    transformed_sha256: str | None = None
+    bin_digest: str | None = None
+    transformed_digest: str | None = None
     ncnn_version: str | None = None
     patch_series_id: str | None = None
+    runtime_version: str | None = None
     threads: int | None = None
     isa: str | None = None
+    cpu_features: str | None = None
+    l2_bytes: int | None = None
 
     @staticmethod
-    def for_run(param: Path | None = None, bin: Path | None = None, threads: int | None = None, isa: str | None = None,
-                transformed: Path | None = None) -> "Expected":
-        """The model files' hashes and this checkout's build identity."""
+    def for_run(param: Path | None = None, bin: Path | None = None, threads: int | None = None,
+                machine: Mapping[str, Any] | None = None, transformed: Path | None = None) -> "Expected":
+        """The model files' identities, this checkout's build, and with `machine` (the native module's
+        build_info) the ISA, CPU features and L2 size of the machine about to run."""
         build = Build.current()
-        return Expected(fetch.sha256_of(param) if param else None, fetch.sha256_of(bin) if bin else None,
-                        fetch.sha256_of(transformed) if transformed else None,
-                        build.ncnn_version, build.patch_series_id, threads, isa)
+        machine = machine or {}
+        return Expected(fetch.sha256_of(param) if param else None, sampled_digest(bin) if bin else None,
+                        sampled_digest(transformed) if transformed else None,
+                        build.ncnn_version, build.patch_series_id, build.runtime_version, threads,
+                        machine.get("isa"), machine.get("cpu_features"), machine.get("l2_bytes"))
 
 
 _EXPECTED_FIELDS = {
-    "param_sha256": "model.param_sha256", "bin_sha256": "model.bin_sha256", "transformed_sha256": "model.transformed_sha256",
+    "param_sha256": "model.param_sha256", "bin_digest": "model.bin_digest", "transformed_digest": "model.transformed_digest",
     "ncnn_version": "build.ncnn_version", "patch_series_id": "build.patch_series_id",
-    "threads": "target.threads", "isa": "target.isa",
+    "runtime_version": "build.runtime_version", "threads": "target.threads", "isa": "target.isa",
+    "cpu_features": "target.cpu_features", "l2_bytes": "target.l2_bytes",
 }
 
 

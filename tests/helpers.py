@@ -64,3 +64,9 @@ def assert_same_detections(got: np.ndarray, ref: np.ndarray, rtol: float = 1e-4)
         close = [i for i in unmatched if ref[i, 0] == row[0] and np.all(np.abs(ref[i] - row) <= tolerance)]
         assert close, f"no row of the reference matches {row}"
         unmatched.remove(min(close, key=lambda i: float(np.abs((ref[i] - row) / tolerance).max())))
+
+
+def assert_counted_within_budget(stats: dict) -> None:
+    """The runtime's own count (arena + outside it) within what the budget leaves it: the budget less
+    the resident memory the plan reserves for what the runtime does not count. No other slack."""
+    assert 0 < stats["counted_bytes"] <= stats["counted_limit_bytes"], stats

@@ -11,6 +11,7 @@ import pytest
 
 from flexnn_ncnn import planning, sidecar
 from flexnn_ncnn.cli import UserError
+from flexnn_ncnn.files import DIGEST_BLOCK_BYTES, DIGEST_BLOCKS, sampled_digest
 
 from plan_fixtures import chain_sidecar
 
@@ -25,7 +26,7 @@ def saved(tmp_path: Path) -> tuple[sidecar.Sidecar, Path]:
 
 def test_round_trip_is_exact(saved: tuple[sidecar.Sidecar, Path]) -> None:
     sc, path = saved
-    loaded = sidecar.load(path, sidecar.Expected.for_run(threads=2, isa="x86_64-avx2"))
+    loaded = sidecar.load(path, sidecar.Expected.for_run(threads=2, machine={"isa": "x86_64", "cpu_features": "avx,fma,f16c,avx2", "l2_bytes": 1 << 20}))
     assert loaded == sc
     assert loaded.plan_for(30_000) == sc.ladder[0] and loaded.plan_for(12345) is None
     data = json.loads(path.read_text())
@@ -35,11 +36,15 @@ def test_round_trip_is_exact(saved: tuple[sidecar.Sidecar, Path]) -> None:
 
 @pytest.mark.parametrize("expected, field", [
     (sidecar.Expected(param_sha256="c" * 64), "model.param_sha256"),
-    (sidecar.Expected(bin_sha256="c" * 64), "model.bin_sha256"),
+    (sidecar.Expected(bin_digest="4096:" + "c" * 64), "model.bin_digest"),
+    (sidecar.Expected(transformed_digest="8192:" + "c" * 64), "model.transformed_digest"),
     (sidecar.Expected(ncnn_version="19990101"), "build.ncnn_version"),
     (sidecar.Expected(patch_series_id="0123456789abcdef"), "build.patch_series_id"),
+    (sidecar.Expected(runtime_version="0.0.1"), "build.runtime_version"),
     (sidecar.Expected(threads=4), "target.threads"),
-    (sidecar.Expected(isa="arm64-neon"), "target.isa"),
+    (sidecar.Expected(isa="aarch64"), "target.isa"),
+    (sidecar.Expected(cpu_features="avx,fma,f16c,avx2,avx512"), "target.cpu_features"),
+    (sidecar.Expected(l2_bytes=1 << 21), "target.l2_bytes"),
 ])
 def test_a_mismatch_names_the_field(saved: tuple[sidecar.Sidecar, Path], expected: sidecar.Expected, field: str) -> None:
     _, path = saved
@@ -108,7 +113,8 @@ def test_a_version_4_sidecar_is_refused_in_one_line_naming_what_it_lacks(saved: 
         sidecar.load(path)
     message = str(info.value)
     assert "\n" not in message
-    assert "schema_version 4 is not supported (this flexnn_ncnn reads 5, which records uncounted_rss_bytes)" in message
+    assert ("schema_version 4 is not supported (this flexnn_ncnn reads 6, which records the runtime version and the CPU "
+            "features)") in message
 
 
 def test_reserved_bytes_are_outside_bytes_and_the_uncounted_rss() -> None:
@@ -137,3 +143,31 @@ def test_save_is_atomic(saved: tuple[sidecar.Sidecar, Path], monkeypatch: pytest
         sidecar.save(dataclasses.replace(sc, ladder=()), path)
     assert path.read_bytes() == before, "a failed write leaves the old file whole"
     assert [p.name for p in path.parent.iterdir()] == [path.name], "and no temporary file behind"
+
+
+def _bytes_read() -> int:
+    return int(next(l.split()[1] for l in Path("/proc/self/io").read_text().splitlines() if l.startswith("rchar:")))
+
+
+def test_the_sampled_digest_tells_files_apart_without_reading_them_whole(tmp_path: Path) -> None:
+    """Opening a plan identifies its weights by size and 32 sampled 64 KiB blocks: a changed block or
+    length is seen, and a 256 MiB .bin costs at most 2 MiB of reads."""
+    path = tmp_path / "model.bin"
+    with open(path, "wb") as f:
+        f.truncate(256 << 20)
+    before = _bytes_read()
+    digest = sampled_digest(path)
+    assert _bytes_read() - before <= DIGEST_BLOCKS * DIGEST_BLOCK_BYTES + 4096  # and /proc/self/io's own text
+    assert digest.startswith(f"{256 << 20}:")
+    with open(path, "r+b") as f:
+        f.seek(((256 << 20) - DIGEST_BLOCK_BYTES) * 16 // (DIGEST_BLOCKS - 1) + 7)  # inside the 17th block
+        f.write(b"\x01")
+    changed = sampled_digest(path)
+    with open(path, "r+b") as f:
+        f.truncate((256 << 20) - 1)
+    assert len({digest, changed, sampled_digest(path)}) == 3
+    small = tmp_path / "small.bin"
+    small.write_bytes(bytes(1000))
+    first = sampled_digest(small)
+    small.write_bytes(bytes(999) + b"\x01")  # a small file is read whole
+    assert sampled_digest(small) != first

@@ -262,9 +262,10 @@ PYBIND11_MODULE(_native, m)
         d["patch_series_id"] = info.patch_series_id;
         d["target"] = info.target;
         d["isa"] = info.isa;
-        d["l2_bytes"] = ncnn::get_cpu_level2_cache_size(); // transformed weight layouts depend on it
+        d["cpu_features"] = flexnn::cpu_features();       // NCNN's kernel and layout choices depend on them
+        d["l2_bytes"] = ncnn::get_cpu_level2_cache_size(); // and its GEMM tiles on this
         return d;
-    }, "What this module was built from: NCNN version, patch series id, target, ISA; and this CPU's L2 size.");
+    }, "What this module was built from: NCNN version, patch series id, target, ISA; and this CPU's features and L2 size.");
 
     m.def("run_stock", &run_stock, py::arg("param"), py::arg("bin"), py::arg("inputs"), py::arg("outputs"),
           py::arg("threads") = 1, py::arg("winograd") = true, py::arg("sgemm") = true, py::arg("packing") = true,

@@ -1,5 +1,7 @@
 #include "runtime/build_info.h"
 
+#include <cpu.h>
+
 namespace flexnn {
 
 BuildInfo build_info()
@@ -18,6 +20,32 @@ BuildInfo build_info()
     info.isa = "unknown";
 #endif
     return info;
+}
+
+std::string cpu_features()
+{
+    std::string s;
+    auto add = [&s](bool has, const char* name) {
+        if (has)
+            s += (s.empty() ? "" : ",") + std::string(name);
+    };
+    add(ncnn::cpu_support_x86_avx(), "avx");
+    add(ncnn::cpu_support_x86_fma(), "fma");
+    add(ncnn::cpu_support_x86_f16c(), "f16c");
+    add(ncnn::cpu_support_x86_avx2(), "avx2");
+    add(ncnn::cpu_support_x86_avx_vnni(), "avx_vnni");
+    add(ncnn::cpu_support_x86_avx512(), "avx512");
+    add(ncnn::cpu_support_x86_avx512_vnni(), "avx512_vnni");
+    add(ncnn::cpu_support_x86_avx512_bf16(), "avx512_bf16");
+    add(ncnn::cpu_support_x86_avx512_fp16(), "avx512_fp16");
+    add(ncnn::cpu_support_arm_vfpv4(), "vfpv4");
+    add(ncnn::cpu_support_arm_asimdhp(), "asimdhp");
+    add(ncnn::cpu_support_arm_asimddp(), "asimddp");
+    add(ncnn::cpu_support_arm_asimdfhm(), "asimdfhm");
+    add(ncnn::cpu_support_arm_bf16(), "bf16");
+    add(ncnn::cpu_support_arm_i8mm(), "i8mm");
+    add(ncnn::cpu_support_arm_sve(), "sve");
+    return s.empty() ? "none" : s;
 }
 
 } // namespace flexnn

@@ -16,6 +16,10 @@ struct BuildInfo
 
 BuildInfo build_info();
 
+// The ISA extensions of this CPU that NCNN dispatches kernels and layouts on, comma-separated
+// ("none" without any): profiles and transformed weights are keyed by them.
+std::string cpu_features();
+
 } // namespace flexnn
 
 #endif // FLEXNN_BUILD_INFO_H
