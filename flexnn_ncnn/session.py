@@ -68,7 +68,7 @@ class Session:
                 str(param), str(bin_path), content.executor_schedule(), tensors, layers, threads=target.threads,
                 packing=target.packing, winograd=target.winograd, sgemm=target.sgemm, fp16=target.fp16,
                 loader=loader, drop_page_cache=drop_page_cache, overlap_loading=overlap_loading, direct_io=direct_io,
-                static_arena=static_arena, transformed=str(transformed or ""))
+                static_arena=static_arena, transformed=str(transformed or ""), outside_bytes=content.outside_bytes)
         except (RuntimeError, ValueError, TypeError) as e:  # TypeError: a number out of the runtime's range
             raise UserError(f"{path}: {str(e).splitlines()[0]}") from None
         self.inputs: list[str] = list(content.inputs)

@@ -1,6 +1,6 @@
 """Inputs are checked against the plan before anything runs: a missing, unknown or misnamed input, a
 wrong rank, shape or dtype is one line naming what was expected and what was given (Session.run,
-`python -m flexnn_ncnn.run`); NCNN would otherwise read past a smaller input inside the arena, where
+`python -m flexnn_ncnn.run`, the device binary `flexnn-bench`); NCNN would otherwise read past a smaller input inside the arena, where
 no sanitizer sees it. The run command also refuses, in one line, an input file that is not a .npy
 array, and writes its outputs atomically."""
 
@@ -14,7 +14,9 @@ import pytest
 from flexnn_ncnn import Session
 from flexnn_ncnn.cli import UserError
 from flexnn_ncnn.prepare import prepare_model, write_plan_file
-from helpers import assert_user_error, run_module, stock_output
+import subprocess
+
+from helpers import assert_user_error, built, run_module, stock_output
 from test_runtime import assert_close, write_residual
 
 # the residual model takes data (8, 16, 16): name -> (inputs, fragments of the one error line)
@@ -61,6 +63,28 @@ def test_a_wrong_input_is_one_line_from_the_run_command(case: str, plan, tmp_pat
     out = tmp_path / "out.npz"
     assert_user_error(run_module("run", str(plan[0]), *args, "--output", str(out)), *fragments)
     assert not out.exists()
+
+
+# flexnn-bench prepares from its one .npy input: name (input=), rank, shape and dtype -> fragments of its line
+BENCH_WRONG = {
+    "name": ("input=image", GOOD, "model has no input blob 'image'"),
+    "rank": ("input=data", np.zeros((8, 256), np.float32), "data"),
+    "shape": ("input=data", np.zeros((4, 16, 16), np.float32), "data"),
+    "dtype": ("input=data", GOOD.astype(np.float64), "only float32 (<f4) is supported"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BENCH_WRONG))
+def test_a_wrong_input_is_one_line_and_exit_2_from_flexnn_bench(case: str, plan, tmp_path: Path) -> None:
+    path, param, bin_, x = plan
+    argument, value, fragment = BENCH_WRONG[case]
+    np.save(tmp_path / "in.npy", value)
+    program = built("host", "native", "tools", "flexnn-bench")
+    proc = subprocess.run([str(program), str(param), str(bin_), str(tmp_path / "in.npy"), "budget=min", argument,
+                           "transformed=0", "loops=1", "warmup=0"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == "", (proc.returncode, proc.stdout)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fragment in lines[0], proc.stderr
 
 
 @pytest.mark.parametrize("content, fragment", [

@@ -8,6 +8,7 @@ an MLP. The oracle is the stock `ncnn` wheel with its default options.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -19,10 +20,11 @@ import pytest
 import smoke_model
 from model_helpers import STRUCT_PREFIX, corpus, present
 from flexnn_ncnn import Session, planning, sidecar
+from flexnn_ncnn.cli import UserError
 from flexnn_ncnn.planning import ARENA_MARGIN
 from flexnn_ncnn.prepare import prepare_model, write_plan_file
 import helpers
-from helpers import run_module, stock_output
+from helpers import assert_counted_within_budget, run_module, stock_output
 
 RTOL = 1e-4  # DESIGN.md section 5: max abs diff <= 1e-4 x max|ref|
 
@@ -126,7 +128,7 @@ def test_outputs_equal_stock_ncnn_from_generous_to_tightest_budget(model: ModelC
             out = session.run({"data": model.x})
             assert_close(out["output"], model.ref)
         stats = session.stats()
-        assert stats["counted_bytes"] <= budget, (label, stats)
+        assert_counted_within_budget(stats)
         assert stats["arena_bytes"] == session.plan.arena_bytes + ARENA_MARGIN
 
 
@@ -140,7 +142,7 @@ def test_tightest_budget_streams_weights_and_one_byte_less_is_refused(model: Mod
     assert info.value.min_feasible_budget == tightest
     # the refused budget changed nothing: the session still runs its plan
     assert_close(session.run({"data": model.x})["output"], model.ref)
-    assert session.stats()["counted_bytes"] <= tightest
+    assert_counted_within_budget(session.stats())
 
 
 def test_budget_switches_keep_outputs_and_memory_within_each_budget(model: ModelCase, tmp_path: Path) -> None:
@@ -150,7 +152,7 @@ def test_budget_switches_keep_outputs_and_memory_within_each_budget(model: Model
     for budget in (b["tightest"], b["generous"], b["middle"], b["tightest"]):
         session.set_budget(budget)
         assert_close(session.run({"data": model.x})["output"], model.ref)
-        assert session.stats()["counted_bytes"] <= budget
+        assert_counted_within_budget(session.stats())
 
 
 def test_a_sidecar_replanned_offline_runs_elsewhere_and_switches_by_lookup(tmp_path: Path) -> None:
@@ -171,7 +173,7 @@ def test_a_sidecar_replanned_offline_runs_elsewhere_and_switches_by_lookup(tmp_p
         session.set_budget(budget)
         assert session.plan is session.sidecar.ladder[i]
         assert_close(session.run({"data": x})["output"], m.ref)
-        assert session.stats()["counted_bytes"] <= budget
+        assert_counted_within_budget(session.stats())
 
 
 STRESS = """
@@ -225,7 +227,7 @@ def assert_equal_stock_from_generous_to_tightest(param: Path, bin_: Path, shape:
             outputs = session.run({graph.inputs[0]: x})
             for blob, expected in ref.items():
                 assert_close(outputs[blob], expected)
-        assert session.stats()["counted_bytes"] <= budget, label
+        assert_counted_within_budget(session.stats())
 
 
 # The corpus structures (model_helpers) with seeded weights: real layer mixes (depthwise, grouped,
@@ -319,7 +321,16 @@ def test_allocations_outside_any_plan_are_left_room_for(zoo_exports, tmp_path: P
         session.run({graph.inputs[0]: x})
     stats = session.stats()
     assert 0 < stats["outside_arena_bytes"] <= content.outside_bytes
-    assert stats["counted_bytes"] <= tightest
+    assert_counted_within_budget(stats)
+    # the room is enforced: a plan that leaves none for the workers' buffers fails, naming the layer,
+    # and the next run of a plan that leaves enough equals the first
+    short = tmp_path / "short.flexnn.plan.json"
+    write_plan_file(dataclasses.replace(content, outside_bytes=0), short)
+    with pytest.raises(UserError, match=r"^inference failed: .+: \d+ B requested outside the arena \(.+\) hold \d+ B there, "
+                                        r"beyond the plan's \d+ B: prepare measured less"):
+        Session(short, threads=2).run({graph.inputs[0]: x})
+    again = Session(path, threads=2)
+    assert_close(again.run({graph.inputs[0]: x})[graph.outputs[0]], session.run({graph.inputs[0]: x})[graph.outputs[0]])
 
 
 def test_without_the_static_arena_outputs_and_counted_memory_hold(model: ModelCase, tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ def test_bench_baselines_match_stock_ncnn(mode: str, tmp_path: Path) -> None:
 def test_bench_refuses_an_unknown_argument_in_one_line(tmp_path: Path) -> None:
     program = built("host", "native", "tools", "flexnn-bench")
     proc = subprocess.run([str(program), "a.param", "a.bin", "in.npy", "bogus=1"], capture_output=True, text=True)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["error: unknown argument 'bogus=1'"]
 
 

@@ -16,7 +16,7 @@ from flexnn_ncnn import Session
 from flexnn_ncnn import slice as slice_cli
 from flexnn_ncnn.ncnn_model import Graph, read_param
 from flexnn_ncnn.ncnn_model.stock import run_stock
-from helpers import assert_same_detections
+from helpers import assert_counted_within_budget, assert_same_detections
 from flexnn_ncnn.models import BENCH_PREFIX, STRUCT_PREFIX
 from model_helpers import DETECTION_TYPES, corpus, write_model
 from test_runtime import ZOO, assert_close
@@ -46,7 +46,7 @@ def assert_unseen_inputs_equal_stock(param: Path, bin_: Path, shape: tuple[int, 
             outputs = session.run(feeds)
             for blob, ref in refs.items():
                 (assert_same_detections if blob in detections else assert_close)(outputs[blob], ref)
-            assert session.stats()["counted_bytes"] <= budget, (label, seed)
+            assert_counted_within_budget(session.stats())
 
 
 @pytest.mark.parametrize("name", corpus())

@@ -55,10 +55,11 @@ uint64_t status_bytes(const char* field)
     return 0;
 }
 
+// every refusal is one line and exit code 2, as in the Python CLIs (flexnn_ncnn/cli.py)
 int fail(const std::string& message)
 {
     fprintf(stderr, "error: %s\n", message.c_str());
-    return 1;
+    return 2;
 }
 
 double median(std::vector<double> v)
@@ -165,6 +166,7 @@ int main(int argc, char** argv)
 #endif
         std::ofstream("/proc/self/clear_refs") << "5";
         std::unique_ptr<flexnn::Executor> executor;
+        options.outside_allowance = prepared.outside_bytes;
         s = flexnn::Executor::create(param, bin, transformed, options, prepared.schedule, prepared.profile, executor);
         if (!s.ok())
             return fail(s.message());

@@ -80,6 +80,7 @@ int main(int argc, char** argv)
         return fail("no BUDGET given");
 
     std::unique_ptr<flexnn::Executor> executor;
+    options.outside_allowance = prepared.outside_bytes; // every run stays within what prepare measured
     s = flexnn::Executor::create(param, bin, transformed, options, prepared.schedule, prepared.profile, executor);
     if (!s.ok())
         return fail(s.message());

@@ -7,11 +7,12 @@ ArenaAllocator::ArenaAllocator(Role role, const StepClock& clock, Failure& failu
 {
 }
 
-void ArenaAllocator::bind(unsigned char* base, PlannedBuffers buffers, const std::vector<std::string>* step_names)
+void ArenaAllocator::bind(unsigned char* base, PlannedBuffers buffers, const std::vector<std::string>* step_names, size_t outside_limit)
 {
     base_ = base;
     buffers_ = std::move(buffers);
     step_names_ = step_names;
+    outside_limit_ = outside_limit;
     next_ordinal_.assign(buffers_.size(), 0);
 }
 
@@ -21,33 +22,48 @@ void ArenaAllocator::begin_inference(std::thread::id owner)
     next_ordinal_.assign(buffers_.size(), 0);
 }
 
+std::string ArenaAllocator::step_name(int step) const
+{
+    return step >= 0 && step < (int)buffers_.size() && step_names_ ? (*step_names_)[step] : "step " + std::to_string(step);
+}
+
+void* ArenaAllocator::serve_outside(size_t size, int step)
+{
+    size_t live = 0;
+    void* ptr = outside_.fastMalloc(size, live);
+    if (live > outside_limit_)
+        failure_.set(step_name(step) + ": " + std::to_string(size) + " B requested outside the arena (" + role_name(role_)
+                     + ") hold " + std::to_string(live) + " B there, beyond the plan's " + std::to_string(outside_limit_)
+                     + " B: prepare measured less; prepare the model again for these options");
+    return ptr;
+}
+
 void* ArenaAllocator::fastMalloc(size_t size)
 {
-    if (std::this_thread::get_id() != owner_.load())
-        return outside_.fastMalloc(size);
-
     const int step = clock_.allocation_step();
+    if (std::this_thread::get_id() != owner_.load())
+        return serve_outside(size, step);
+
     const bool known_step = step >= 0 && step < (int)buffers_.size();
     const int ordinal = known_step ? next_ordinal_[step]++ : 0;
     auto describe = [&] {
-        const std::string where = known_step && step_names_ ? (*step_names_)[step] : "step " + std::to_string(step);
-        return where + ": " + role_name(role_) + " " + std::to_string(ordinal) + " of " + std::to_string(size) + " B";
+        return step_name(step) + ": " + role_name(role_) + " " + std::to_string(ordinal) + " of " + std::to_string(size) + " B";
     };
     if (!known_step || ordinal >= (int)buffers_[step].size())
     {
         failure_.set(describe() + " is not in the plan (prepare saw "
                      + std::to_string(known_step ? buffers_[step].size() : 0) + " " + role_name(role_)
                      + " buffers there): the model or its options differ from what was prepared");
-        return outside_.fastMalloc(size);
+        return serve_outside(size, step);
     }
     const PlannedBuffer& planned = buffers_[step][ordinal];
     if (size > planned.size)
     {
         failure_.set(describe() + " is larger than planned (" + std::to_string(planned.size)
                      + " B): the model or its options differ from what was prepared");
-        return outside_.fastMalloc(size);
+        return serve_outside(size, step);
     }
-    return base_ ? base_ + planned.offset : outside_.fastMalloc(size);
+    return base_ ? base_ + planned.offset : serve_outside(size, step);
 }
 
 void ArenaAllocator::fastFree(void* ptr)

@@ -33,6 +33,9 @@ using PlannedBuffers = std::vector<std::vector<PlannedBuffer> >;
 // layer) cannot be ordered: they are served and counted by `outside`.
 // Releasing an arena buffer does nothing: its bytes belong to the plan. Bound to no arena (static
 // arena off), it checks each request against the plan the same way and serves it from `outside`.
+// What `outside` holds is bounded by the plan too (bind's outside_limit): a request that takes it
+// beyond fails the inference, naming the step, and is still served (NCNN's kernels do not all check
+// an allocation), so the error is never a silent overrun nor a crash.
 class ArenaAllocator : public ncnn::Allocator
 {
 public:
@@ -40,13 +43,16 @@ public:
     void* fastMalloc(size_t size) override;
     void fastFree(void* ptr) override;
 
-    // serve `buffers` out of `base` (nullptr: from `outside`) from now on; step_names[step] names the
-    // step in messages
-    void bind(unsigned char* base, PlannedBuffers buffers, const std::vector<std::string>* step_names);
+    // serve `buffers` out of `base` (nullptr: from `outside`) from now on, `outside` holding at most
+    // `outside_limit` bytes (SIZE_MAX: unbounded); step_names[step] names the step in messages
+    void bind(unsigned char* base, PlannedBuffers buffers, const std::vector<std::string>* step_names, size_t outside_limit);
     // ordinals start again from 0 at every step; requests are served to `owner` only
     void begin_inference(std::thread::id owner);
 
 private:
+    void* serve_outside(size_t size, int step);
+    std::string step_name(int step) const;
+
     const Role role_;
     const StepClock& clock_;
     Failure& failure_;
@@ -56,6 +62,7 @@ private:
     unsigned char* base_ = nullptr;
     PlannedBuffers buffers_;
     const std::vector<std::string>* step_names_ = nullptr;
+    size_t outside_limit_ = SIZE_MAX;
     std::vector<int> next_ordinal_; // per step, touched by the owner only
 };
 

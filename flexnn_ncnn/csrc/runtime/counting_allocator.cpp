@@ -18,16 +18,24 @@ CountingAllocator::~CountingAllocator()
 
 void* CountingAllocator::fastMalloc(size_t size)
 {
+    size_t live_after = 0;
+    return fastMalloc(size, live_after);
+}
+
+void* CountingAllocator::fastMalloc(size_t size, size_t& live_after)
+{
     void* ptr = ncnn::fastMalloc(size);
+    std::lock_guard<std::mutex> guard(lock_);
+    live_after = counts_.current_bytes;
     if (!ptr)
         return ptr;
-    std::lock_guard<std::mutex> guard(lock_);
     sizes_[ptr] = size;
     counts_.current_bytes += size;
     counts_.total_bytes += size;
     counts_.allocations += 1;
     counts_.largest_bytes = std::max(counts_.largest_bytes, size);
     counts_.peak_bytes = std::max(counts_.peak_bytes, counts_.current_bytes);
+    live_after = counts_.current_bytes;
     return ptr;
 }
 

@@ -25,6 +25,8 @@ class CountingAllocator : public ncnn::Allocator
 public:
     ~CountingAllocator() override;
     void* fastMalloc(size_t size) override;
+    // the same, and the live bytes just after it (read under the same lock)
+    void* fastMalloc(size_t size, size_t& live_after);
     void fastFree(void* ptr) override;
 
     AllocationCounts counts() const;

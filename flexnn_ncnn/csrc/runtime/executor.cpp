@@ -223,9 +223,11 @@ Status Executor::set_plan_locked(const Plan& plan)
     resident_ = resident;
     built_.assign(steps, false); // resident layers are built by the next run's loading thread
     wait_for_ = wait_for;
-    weights_.bind(arena_.get(), buffers[(int)Role::Weight], &step_names_);
-    blobs_.bind(arena_.get(), buffers[(int)Role::Activation], &step_names_);
-    workspace_.bind(arena_.get(), buffers[(int)Role::Intermediate], &step_names_);
+    const uint64_t beside = reserved_outside_bytes() + (options_.static_arena ? 0 : plan.arena_bytes);
+    const size_t outside_limit = options_.outside_allowance > SIZE_MAX - beside ? SIZE_MAX : (size_t)(options_.outside_allowance + beside);
+    weights_.bind(arena_.get(), buffers[(int)Role::Weight], &step_names_, outside_limit);
+    blobs_.bind(arena_.get(), buffers[(int)Role::Activation], &step_names_, outside_limit);
+    workspace_.bind(arena_.get(), buffers[(int)Role::Intermediate], &step_names_, outside_limit);
     return Status();
 }
 

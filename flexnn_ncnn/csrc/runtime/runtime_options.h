@@ -3,6 +3,8 @@
 
 #include <option.h>
 
+#include <cstdint>
+
 namespace flexnn {
 
 // Which cores the loading thread may run on: NCNN's CpuSet masks for little and big, the clusters
@@ -38,6 +40,11 @@ struct RuntimeOptions
     // weights are freed once it has computed. The plan still orders loads after computations, so
     // what is live at once is what the plan has live; all of it is counted outside the arena.
     bool static_arena = true;
+    // bytes a plan leaves for requests served outside the arena (OpenMP workers inside a layer: the
+    // sidecar's outside_bytes, which prepare measured); a run holding more there, beside the
+    // executor's own (the O_DIRECT window) and, without the static arena, the plan's buffers, fails
+    // naming the layer. UINT64_MAX: not bounded (prepare, which measures it).
+    uint64_t outside_allowance = UINT64_MAX;
 
     ncnn::Option ncnn_option() const
     {
