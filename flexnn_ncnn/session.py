@@ -36,12 +36,14 @@ class Session:
     and freed when released, all counted outside the arena. `direct_io=True` reads the .bin with
     O_DIRECT through an aligned window held outside the arena: every plan then leaves room for it
     (`reserved_bytes`, with the sidecar's reservation), so a stored plan made without that room is
-    re-planned.
+    re-planned. `canaries=True` (debug, slower) checks the plan's lifetimes inside the arena: bytes no
+    live tensor holds are poisoned, and a request finding its bytes written since fails the inference
+    (docs/RUNTIME.md).
     """
 
     def __init__(self, plan_path: str | Path, budget: int | None = None, threads: int | None = None, loader: str = "any",
                  drop_page_cache: bool = False, overlap_loading: bool = True, direct_io: bool = False,
-                 static_arena: bool = True):
+                 static_arena: bool = True, canaries: bool = False):
         path = Path(plan_path)
         # loaded first: loading the runtime fixes malloc's thresholds (csrc/runtime/heap_policy.h), so
         # what reading the sidecar frees is unmapped, whatever this process freed before
@@ -68,7 +70,7 @@ class Session:
                 str(param), str(bin_path), content.executor_schedule(), tensors, layers, threads=target.threads,
                 packing=target.packing, winograd=target.winograd, sgemm=target.sgemm, fp16=target.fp16,
                 loader=loader, drop_page_cache=drop_page_cache, overlap_loading=overlap_loading, direct_io=direct_io,
-                static_arena=static_arena, transformed=str(transformed or ""), outside_bytes=content.outside_bytes)
+                static_arena=static_arena, transformed=str(transformed or ""), outside_bytes=content.outside_bytes, canaries=canaries)
         except (RuntimeError, ValueError, TypeError) as e:  # TypeError: a number out of the runtime's range
             raise UserError(f"{path}: {str(e).splitlines()[0]}") from None
         self.inputs: list[str] = list(content.inputs)

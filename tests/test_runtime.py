@@ -210,7 +210,8 @@ def test_pipelined_inferences_never_hang(tmp_path: Path) -> None:
 def assert_equal_stock_from_generous_to_tightest(param: Path, bin_: Path, shape: tuple[int, ...], tmp_path: Path) -> None:
     """Prepare the model, then move one session through the generous, middle and tightest budgets: at
     each, prepare's own input and another (a detector emits another number of rows for it) give stock
-    NCNN's outputs (default options), and the runtime's count holds the budget."""
+    NCNN's outputs (default options), and the runtime's count holds the budget. Canaries are on: no
+    request finds its arena bytes written since their last tensor died."""
     from flexnn_ncnn.ncnn_model import Graph, read_param
     from flexnn_ncnn.ncnn_model.stock import run_stock
 
@@ -220,7 +221,7 @@ def assert_equal_stock_from_generous_to_tightest(param: Path, bin_: Path, shape:
     content = prepare_model(param, bin_, 1 << 34, {graph.inputs[0]: shape})
     path = tmp_path / f"{param.stem}.flexnn.plan.json"
     write_plan_file(content, path)
-    session = Session(path)
+    session = Session(path, canaries=True)
     for label, budget in budgets_for(content).items():
         session.set_budget(budget)
         for x, ref in zip(xs, refs):
@@ -362,3 +363,50 @@ def test_a_budget_switch_defers_building_pinned_layers_to_the_next_run(model: Mo
     for _ in range(2):
         assert_close(session.run({"data": model.x})["output"], model.ref)
     assert session.stats()["loaded_layers"][2:] == [layers, 0]
+
+
+def test_canaries_find_nothing_in_a_correct_plan(model: ModelCase, tmp_path: Path) -> None:
+    """With canaries every byte no live tensor holds is poisoned and checked when next requested: a
+    correct plan passes at every budget, across runs (resident weights kept, streamed ones reloaded)
+    and switches, with outputs equal to stock NCNN."""
+    path, content = prepared(model, tmp_path)
+    session = Session(path, canaries=True)
+    for budget in (*budgets_for(content).values(), budgets_for(content)["tightest"]):
+        session.set_budget(budget)
+        for _ in range(2):
+            assert_close(session.run({"data": model.x})["output"], model.ref)
+
+
+def _overlapped_when_shortened(profile: planning.Profile, plan: planning.Plan, k: int) -> bool:
+    """Whether a tensor the plan claims after tensor k's shortened end, while k is still read, shares
+    its bytes: the overlap the canary must catch."""
+    t, p = profile.tensors[k], plan.tensors[k]
+    return any(u.first_use > t.first_use and u.first_use <= t.last_use
+               and q.offset < p.offset + t.size and p.offset < q.offset + u.size
+               for u, q in zip(profile.tensors, plan.tensors))
+
+
+def test_a_canary_catches_a_plan_whose_lifetime_is_wrong(tmp_path: Path) -> None:
+    """A profile claiming that the residual block's skip activation dies where it is first used lets
+    the planner put the next activations over it while NCNN still holds it; ASAN cannot see it (one
+    arena). The canary does: the inference fails naming the request; without canaries it computes
+    on overwritten bytes."""
+    param, bin_, x = write_residual(tmp_path)
+    ref = stock_output(param, bin_, x)
+    path, content = prepared(ModelCase("residual", param, bin_, x, ref), tmp_path)
+    tensors = content.profile.tensors
+    for k, t in enumerate(tensors):
+        if t.role != "activation" or t.last_use <= t.first_use + 1:
+            continue
+        shortened = dataclasses.replace(content.profile, tensors=tensors[:k] + (dataclasses.replace(t, last_use=t.first_use),) + tensors[k + 1:])
+        plan = planning.plan_for_budget(shortened, planning.min_feasible_budget(shortened) + ARENA_MARGIN + content.reserved_bytes,
+                                        reserved=content.reserved_bytes)
+        if _overlapped_when_shortened(content.profile, plan, k):
+            break
+    else:
+        pytest.fail("no activation of the residual model lives long enough to be shortened into an overlap")
+    wrong = tmp_path / "wrong.flexnn.plan.json"
+    write_plan_file(sidecar.with_plans(dataclasses.replace(content, profile=shortened), plan), wrong)
+    with pytest.raises(UserError, match=r"written after the tensor there died, or belongs to one still alive \(arena canary\)"):
+        Session(wrong, canaries=True).run({"data": x})
+    assert not np.allclose(Session(wrong).run({"data": x})["output"], ref, rtol=1e-4, atol=1e-5)

@@ -184,12 +184,13 @@ public:
     PyExecutor(const std::string& param, const std::string& bin, const py::dict& schedule, const std::vector<TensorTuple>& tensors,
                const std::vector<LayerTuple>& layers, int threads, bool packing, bool winograd, bool sgemm, bool fp16,
                const std::string& loader, bool drop_page_cache, bool overlap_loading, bool direct_io, bool static_arena,
-               const std::string& transformed, uint64_t outside_bytes)
+               const std::string& transformed, uint64_t outside_bytes, bool canaries)
     {
         flexnn::RuntimeOptions options
             = runtime_options(threads, packing, winograd, sgemm, fp16, loader, drop_page_cache, overlap_loading, direct_io,
                               static_arena);
         options.outside_allowance = outside_bytes;
+        options.canaries = canaries;
         flexnn::LayerSchedule s = schedule_from(schedule);
         flexnn::Profile p = flexnn::plan_dict::profile_from_columns(tensors, layers);
         py::gil_scoped_release unlocked;
@@ -284,12 +285,12 @@ PYBIND11_MODULE(_native, m)
     py::class_<PyExecutor>(m, "Executor", "A prepared model run under a plan (runtime/executor.h).")
         .def(py::init<const std::string&, const std::string&, const py::dict&, const std::vector<TensorTuple>&,
                       const std::vector<LayerTuple>&, int, bool, bool, bool, bool, const std::string&, bool, bool, bool, bool,
-                      const std::string&, uint64_t>(),
+                      const std::string&, uint64_t, bool>(),
              py::arg("param"), py::arg("bin"), py::arg("schedule"), py::arg("tensors"), py::arg("layers"), py::arg("threads") = 1,
              py::arg("packing") = true, py::arg("winograd") = true, py::arg("sgemm") = true, py::arg("fp16") = true,
              py::arg("loader") = "any", py::arg("drop_page_cache") = false, py::arg("overlap_loading") = true,
              py::arg("direct_io") = false, py::arg("static_arena") = true, py::arg("transformed") = "",
-             py::arg("outside_bytes") = UINT64_MAX)
+             py::arg("outside_bytes") = UINT64_MAX, py::arg("canaries") = false)
         .def("set_plan", &PyExecutor::set_plan, py::arg("plan"), "check the plan (planner columns) and move to its arena")
         .def("set_budget", &PyExecutor::set_budget, py::arg("budget"), py::arg("algorithm") = "flexnn", py::arg("alignment") = 64,
              "re-plan the stored profile for this arena size and move to it")

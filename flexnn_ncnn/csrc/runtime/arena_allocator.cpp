@@ -7,8 +7,10 @@ ArenaAllocator::ArenaAllocator(Role role, const StepClock& clock, Failure& failu
 {
 }
 
-void ArenaAllocator::bind(unsigned char* base, PlannedBuffers buffers, const std::vector<std::string>* step_names, size_t outside_limit)
+void ArenaAllocator::bind(unsigned char* base, PlannedBuffers buffers, const std::vector<std::string>* step_names, size_t outside_limit,
+                          ArenaCanary* canary)
 {
+    canary_ = base ? canary : nullptr;
     base_ = base;
     buffers_ = std::move(buffers);
     step_names_ = step_names;
@@ -63,12 +65,27 @@ void* ArenaAllocator::fastMalloc(size_t size)
                      + " B): the model or its options differ from what was prepared");
         return serve_outside(size, step);
     }
-    return base_ ? base_ + planned.offset : serve_outside(size, step);
+    if (!base_)
+        return serve_outside(size, step);
+    unsigned char* ptr = base_ + planned.offset;
+    if (canary_)
+    {
+        const int64_t written = canary_->first_written(planned.offset, size);
+        if (written >= 0)
+            failure_.set(describe() + " at offset " + std::to_string(planned.offset) + ": its byte " + std::to_string(written)
+                         + " was written after the tensor there died, or belongs to one still alive (arena canary): "
+                           "the plan's lifetimes are not NCNN's");
+        if (role_ != Role::Weight)
+            canary_->served(ptr, size);
+    }
+    return ptr;
 }
 
 void ArenaAllocator::fastFree(void* ptr)
 {
-    if (ptr && outside_.owns(ptr))
+    if (!ptr || (canary_ && canary_->released(ptr)))
+        return;
+    if (outside_.owns(ptr))
         outside_.fastFree(ptr);
 }
 

@@ -2,6 +2,7 @@
 #define FLEXNN_ARENA_ALLOCATOR_H
 
 #include "planner/profile.h"
+#include "runtime/arena_canary.h"
 #include "runtime/counting_allocator.h"
 #include "runtime/failure.h"
 #include "runtime/step_clock.h"
@@ -35,7 +36,10 @@ using PlannedBuffers = std::vector<std::vector<PlannedBuffer> >;
 // arena off), it checks each request against the plan the same way and serves it from `outside`.
 // What `outside` holds is bounded by the plan too (bind's outside_limit): a request that takes it
 // beyond fails the inference, naming the step, and is still served (NCNN's kernels do not all check
-// an allocation), so the error is never a silent overrun nor a crash.
+// an allocation), so the error is never a silent overrun nor a crash. With a canary, a request served
+// in the arena fails the inference when its bytes were written since they were poisoned, and an
+// activation or intermediate poisons its bytes when released (a weight dies by the plan, not by
+// its release: the executor poisons it).
 class ArenaAllocator : public ncnn::Allocator
 {
 public:
@@ -44,8 +48,10 @@ public:
     void fastFree(void* ptr) override;
 
     // serve `buffers` out of `base` (nullptr: from `outside`) from now on, `outside` holding at most
-    // `outside_limit` bytes (SIZE_MAX: unbounded); step_names[step] names the step in messages
-    void bind(unsigned char* base, PlannedBuffers buffers, const std::vector<std::string>* step_names, size_t outside_limit);
+    // `outside_limit` bytes (SIZE_MAX: unbounded), checked by `canary` (nullptr: none) in the arena;
+    // step_names[step] names the step in messages
+    void bind(unsigned char* base, PlannedBuffers buffers, const std::vector<std::string>* step_names, size_t outside_limit,
+              ArenaCanary* canary);
     // ordinals start again from 0 at every step; requests are served to `owner` only
     void begin_inference(std::thread::id owner);
 
@@ -63,6 +69,7 @@ private:
     PlannedBuffers buffers_;
     const std::vector<std::string>* step_names_ = nullptr;
     size_t outside_limit_ = SIZE_MAX;
+    ArenaCanary* canary_ = nullptr;
     std::vector<int> next_ordinal_; // per step, touched by the owner only
 };
 

@@ -160,6 +160,7 @@ Status Executor::set_plan_locked(const Plan& plan)
     const int steps = schedule_.step_count();
     std::vector<PlannedBuffers> buffers(3, PlannedBuffers(steps));
     std::vector<int> weight_count(steps, 0), pinned_count(steps, 0);
+    std::vector<std::vector<std::pair<uint64_t, uint64_t> > > weight_ranges(steps);
     for (size_t k = 0; k < profile_.tensors.size(); k++)
     {
         const TensorUse& t = profile_.tensors[k];
@@ -171,6 +172,7 @@ Status Executor::set_plan_locked(const Plan& plan)
         {
             weight_count[t.layer]++;
             pinned_count[t.layer] += plan.tensors[k].pinned ? 1 : 0;
+            weight_ranges[t.layer].emplace_back(plan.tensors[k].offset, t.size);
         }
     }
     for (int role = 0; role < 3; role++)
@@ -223,11 +225,14 @@ Status Executor::set_plan_locked(const Plan& plan)
     resident_ = resident;
     built_.assign(steps, false); // resident layers are built by the next run's loading thread
     wait_for_ = wait_for;
+    weight_ranges_ = std::move(weight_ranges);
+    canary_.bind(options_.canaries ? arena_.get() : nullptr, plan.arena_bytes);
+    ArenaCanary* canary = canary_.armed() ? &canary_ : nullptr;
     const uint64_t beside = reserved_outside_bytes() + (options_.static_arena ? 0 : plan.arena_bytes);
     const size_t outside_limit = options_.outside_allowance > SIZE_MAX - beside ? SIZE_MAX : (size_t)(options_.outside_allowance + beside);
-    weights_.bind(arena_.get(), buffers[(int)Role::Weight], &step_names_, outside_limit);
-    blobs_.bind(arena_.get(), buffers[(int)Role::Activation], &step_names_, outside_limit);
-    workspace_.bind(arena_.get(), buffers[(int)Role::Intermediate], &step_names_, outside_limit);
+    weights_.bind(arena_.get(), buffers[(int)Role::Weight], &step_names_, outside_limit, canary);
+    blobs_.bind(arena_.get(), buffers[(int)Role::Activation], &step_names_, outside_limit, canary);
+    workspace_.bind(arena_.get(), buffers[(int)Role::Intermediate], &step_names_, outside_limit, canary);
     return Status();
 }
 
@@ -248,6 +253,14 @@ Status Executor::load_step(int step)
     PlannedLayer* planned = model_->planned(layer);
     const ByteRange& range = schedule_.ranges[layer];
     WeightReader reader(model_->weights(), range, options_.direct_io ? &window_ : nullptr);
+    if (canary_.armed())
+    {
+        // releasing the layer's weights of its last load writes their refcounts, inside the bytes
+        // this load is about to take (the plan's dependencies have freed them): poison them again
+        planned->unload(load_opt_);
+        for (const auto& r : weight_ranges_[step])
+            canary_.poison(r.first, r.second);
+    }
     load_clock_.begin(step);
     Status s;
     {
@@ -359,6 +372,11 @@ int Executor::after_compute(int layer_index, int ret)
     // means before_compute passed, so the clock's step is this layer's and its load is done)
     if (ret == 0 && !options_.static_arena && !resident_[compute_clock_.started()])
         model_->planned(layer_index)->unload(load_opt_);
+    // a streamed layer's weights die with its computation: the next load into their bytes (after
+    // this step, by the plan's dependencies) finds them poisoned
+    if (ret == 0 && canary_.armed() && !resident_[compute_clock_.started()])
+        for (const auto& range : weight_ranges_[compute_clock_.started()])
+            canary_.poison(range.first, range.second);
     if (ret != 0 && !failure_.failed())
         failure_.set("layer " + model_->layer_name(layer_index) + " failed to compute (NCNN error " + std::to_string(ret) + ")");
     if (failure_.failed())
@@ -399,6 +417,14 @@ Status Executor::run(const NamedMats& inputs, NamedMats& outputs, RunStats& stat
     load_wait_us_ = 0;
     loaded_layers_ = 0;
     outside_.reset_counts();
+    if (canary_.armed())
+    {
+        std::vector<std::pair<uint64_t, uint64_t> > built;
+        for (size_t step = 0; step < built_.size(); step++)
+            if (built_[step])
+                built.insert(built.end(), weight_ranges_[step].begin(), weight_ranges_[step].end());
+        canary_.poison_all_but(built);
+    }
     blobs_.begin_inference(std::this_thread::get_id());
     workspace_.begin_inference(std::this_thread::get_id());
     LoadingThread loader(*this);

@@ -139,6 +139,9 @@ private:
     std::vector<bool> resident_;    // per step: built once per plan, by the first run's loading thread
     std::vector<bool> built_;       // per step: resident and built (loading thread during a run)
     std::vector<int> wait_for_;     // per step: the computation its load waits for, -1 none
+    // per step: its weights' (offset, size) in the arena; with canaries, poisoned once a streamed
+    // layer has computed, kept at the start of a run once a resident one is built
+    std::vector<std::vector<std::pair<uint64_t, uint64_t> > > weight_ranges_;
     bool pin_loader_ = false;       // whether the loading thread runs on loader_cpus_ only
     ncnn::CpuSet loader_cpus_;
     ncnn::Option load_opt_;
@@ -153,6 +156,7 @@ private:
     StepClock compute_clock_; // the computing thread's
     double load_wait_us_ = 0; // computing thread only
     int loaded_layers_ = 0;   // loading thread only
+    ArenaCanary canary_; // armed with options_.canaries and a static arena
     ArenaAllocator weights_;
     ArenaAllocator blobs_;
     ArenaAllocator workspace_;

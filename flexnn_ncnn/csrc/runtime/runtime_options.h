@@ -45,6 +45,10 @@ struct RuntimeOptions
     // executor's own (the O_DIRECT window) and, without the static arena, the plan's buffers, fails
     // naming the layer. UINT64_MAX: not bounded (prepare, which measures it).
     uint64_t outside_allowance = UINT64_MAX;
+    // a debug check of the plan's lifetimes inside the arena, where no sanitizer sees: every byte no
+    // live tensor holds is poisoned, and a request finding its slot written since fails the inference
+    // naming the step (arena_canary.h). On in the sanitizer runs.
+    bool canaries = false;
 
     ncnn::Option ncnn_option() const
     {
