@@ -136,7 +136,7 @@ def plan_steps(target: Target, build_root: Path, series_id: str, ncnn_version: s
         variant_ncnn_args = [*SANITIZER_NCNN_ARGS, f"-DCMAKE_C_FLAGS={flags}", f"-DCMAKE_CXX_FLAGS={flags}",
                              *sanitizer_layer_args(source)]
         variant_native_args = [f"-DCMAKE_CXX_FLAGS={flags}", f"-DCMAKE_EXE_LINKER_FLAGS=-fsanitize={SANITIZERS[target.sanitizer]}"]
-        native_targets = ["runtime_stress"]
+        native_targets = ["runtime_stress", "fault_injection"]
     ncnn = Step(f"NCNN ({target.build_name})", source, root / "ncnn",
                 [*NCNN_COMMON_ARGS, f"-DNCNN_VERSION={ncnn_version}", f"-DCMAKE_INSTALL_PREFIX={install}",
                  *target.toolchain_args, *variant_ncnn_args],

@@ -1,9 +1,11 @@
 #include "runtime/arena_allocator.h"
 
+#include <new>
+
 namespace flexnn {
 
-ArenaAllocator::ArenaAllocator(Role role, const StepClock& clock, Failure& failure, CountingAllocator& outside)
-    : role_(role), clock_(clock), failure_(failure), outside_(outside), owner_(std::this_thread::get_id())
+ArenaAllocator::ArenaAllocator(Role role, const StepClock& clock, Failure& failure, CountingAllocator& outside, FaultInjector& faults)
+    : role_(role), clock_(clock), failure_(failure), outside_(outside), faults_(faults), owner_(std::this_thread::get_id())
 {
 }
 
@@ -51,6 +53,18 @@ void* ArenaAllocator::fastMalloc(size_t size)
     auto describe = [&] {
         return step_name(step) + ": " + role_name(role_) + " " + std::to_string(ordinal) + " of " + std::to_string(size) + " B";
     };
+    switch (faults_.on_request())
+    {
+    case FaultInjector::Request::Fail:
+        // a failed request fails the inference but is served: NCNN's kernels do not all check an
+        // allocation (conv3x3s1_winograd63_transform_kernel writes through a null one)
+        failure_.set(describe() + " could not be allocated (injected fault)");
+        return serve_outside(size, step);
+    case FaultInjector::Request::Throw:
+        throw std::bad_alloc();
+    case FaultInjector::Request::Serve:
+        break;
+    }
     if (!known_step || ordinal >= (int)buffers_[step].size())
     {
         failure_.set(describe() + " is not in the plan (prepare saw "

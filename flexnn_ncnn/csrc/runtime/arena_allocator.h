@@ -5,6 +5,7 @@
 #include "runtime/arena_canary.h"
 #include "runtime/counting_allocator.h"
 #include "runtime/failure.h"
+#include "runtime/fault_injector.h"
 #include "runtime/step_clock.h"
 
 #include <allocator.h>
@@ -43,7 +44,7 @@ using PlannedBuffers = std::vector<std::vector<PlannedBuffer> >;
 class ArenaAllocator : public ncnn::Allocator
 {
 public:
-    ArenaAllocator(Role role, const StepClock& clock, Failure& failure, CountingAllocator& outside);
+    ArenaAllocator(Role role, const StepClock& clock, Failure& failure, CountingAllocator& outside, FaultInjector& faults);
     void* fastMalloc(size_t size) override;
     void fastFree(void* ptr) override;
 
@@ -63,6 +64,7 @@ private:
     const StepClock& clock_;
     Failure& failure_;
     CountingAllocator& outside_;
+    FaultInjector& faults_; // consulted for every request on the owner thread
     std::atomic<std::thread::id> owner_;
 
     unsigned char* base_ = nullptr;

@@ -31,9 +31,9 @@ void free_arena(unsigned char* p)
 
 Executor::Executor(const RuntimeOptions& options, LayerSchedule schedule, Profile profile)
     : options_(options), schedule_(std::move(schedule)), profile_(std::move(profile)),
-      weights_(Role::Weight, load_clock_, failure_, outside_),
-      blobs_(Role::Activation, compute_clock_, failure_, outside_),
-      workspace_(Role::Intermediate, compute_clock_, failure_, outside_),
+      weights_(Role::Weight, load_clock_, failure_, outside_, faults_),
+      blobs_(Role::Activation, compute_clock_, failure_, outside_, faults_),
+      workspace_(Role::Intermediate, compute_clock_, failure_, outside_, faults_),
       arena_(nullptr, free_arena)
 {
 }
@@ -202,7 +202,8 @@ Status Executor::set_plan_locked(const Plan& plan)
     release_arena();
     if (options_.static_arena)
     {
-        std::unique_ptr<unsigned char, void (*)(unsigned char*)> arena(static_cast<unsigned char*>(ncnn::fastMalloc(plan.arena_bytes)), free_arena);
+        std::unique_ptr<unsigned char, void (*)(unsigned char*)> arena(
+            faults_.take_arena_failure() ? nullptr : static_cast<unsigned char*>(ncnn::fastMalloc(plan.arena_bytes)), free_arena);
         if (!arena)
         {
             const Status failed = Status::error("cannot allocate an arena of " + std::to_string(plan.arena_bytes) + " B");
@@ -253,6 +254,7 @@ Status Executor::load_step(int step)
     PlannedLayer* planned = model_->planned(layer);
     const ByteRange& range = schedule_.ranges[layer];
     WeightReader reader(model_->weights(), range, options_.direct_io ? &window_ : nullptr);
+    faults_.delay();
     if (canary_.armed())
     {
         // releasing the layer's weights of its last load writes their refcounts, inside the bytes
@@ -349,6 +351,7 @@ int Executor::before_compute(int layer_index)
         progress_.stop();
         return -1;
     }
+    faults_.delay();
     const double t0 = now_us();
     const bool loaded = progress_.wait_loaded(step);
     load_wait_us_ += now_us() - t0;
@@ -387,9 +390,31 @@ int Executor::after_compute(int layer_index, int ret)
     return 0;
 }
 
+void Executor::inject_faults(const FaultPlan& faults)
+{
+    std::lock_guard<std::mutex> turn(turn_);
+    faults_.arm(faults);
+}
+
 Status Executor::run(const NamedMats& inputs, NamedMats& outputs, RunStats& stats)
 {
     std::lock_guard<std::mutex> turn(turn_);
+    try
+    {
+        return run_locked(inputs, outputs, stats);
+    }
+    catch (const std::exception& e)
+    {
+        // thrown outside any layer (copying the inputs in or the outputs out); the loading thread has
+        // been joined on the way out, and the next run starts from its own state
+        model_->release_bounded_tops();
+        outputs.clear();
+        return Status::error(std::string("the inference threw: ") + e.what());
+    }
+}
+
+Status Executor::run_locked(const NamedMats& inputs, NamedMats& outputs, RunStats& stats)
+{
     if (!has_plan_)
         return Status::error("no plan: set a plan or a budget first");
     if (inputs.size() != schedule_.inputs.size())
@@ -417,6 +442,7 @@ Status Executor::run(const NamedMats& inputs, NamedMats& outputs, RunStats& stat
     load_wait_us_ = 0;
     loaded_layers_ = 0;
     outside_.reset_counts();
+    faults_.begin_run();
     if (canary_.armed())
     {
         std::vector<std::pair<uint64_t, uint64_t> > built;

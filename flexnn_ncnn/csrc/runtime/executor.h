@@ -8,6 +8,7 @@
 #include "runtime/counting_allocator.h"
 #include "runtime/direct_window.h"
 #include "runtime/failure.h"
+#include "runtime/fault_injector.h"
 #include "runtime/layer_schedule.h"
 #include "runtime/model.h"
 #include "runtime/progress.h"
@@ -62,8 +63,17 @@ public:
     // Re-plan the stored profile for `budget` bytes of arena and move to it.
     Status set_budget(uint64_t budget, const PlannerOptions& options);
 
-    // One inference: inputs in schedule().inputs order, outputs in schedule().outputs order.
+    // One inference: inputs in schedule().inputs order, outputs in schedule().outputs order. Whatever
+    // fails or throws ends it in an error; the executor runs its plan again next time.
     Status run(const NamedMats& inputs, NamedMats& outputs, RunStats& stats);
+
+    // Tests only: inject `faults` into the next runs and plan changes (an empty FaultPlan: none).
+    void inject_faults(const FaultPlan& faults);
+    // the requests the arena allocators served on their owner threads in the last run
+    int last_run_requests() const
+    {
+        return faults_.requests();
+    }
 
     // the current plan (a copy: set_plan may replace it meanwhile)
     Plan plan() const;
@@ -98,6 +108,7 @@ private:
     void load_all();
     void load_steps();
     Status set_plan_locked(const Plan& plan);
+    Status run_locked(const NamedMats& inputs, NamedMats& outputs, RunStats& stats);
 
     // The loading thread of one run, joined when it goes out of scope (an exception on the computing
     // thread included): whatever the loading thread still waits for is stopped first.
@@ -152,6 +163,7 @@ private:
     Failure failure_;
     Progress progress_;
     CountingAllocator outside_;
+    FaultInjector faults_;    // none unless a test injects them
     StepClock load_clock_;    // the loading thread's
     StepClock compute_clock_; // the computing thread's
     double load_wait_us_ = 0; // computing thread only

@@ -1,0 +1,161 @@
+// fault_injection: every error path of the pipelined executor, the NCNN way. Prepares MODEL, plans it
+// at BUDGET (bytes of arena, or "min") and runs it once for the reference output and the number N of
+// requests its arena allocators serve. Then, for every k in 1..N, a run whose k-th request fails
+// (nullptr) and one whose k-th request throws std::bad_alloc (where layers are built on the loading
+// thread, where they compute, and where inputs are copied in); a plan change whose arena cannot be
+// allocated; and DELAYED_RUNS runs with random delays on both threads. Each faulty run must end in an
+// error, and the run after it must equal the reference bit for bit. Prints one JSON line; errors:
+// one "error: ..." line, exit 1. The sanitizer builds add: nothing leaked, no race, no hang (the
+// caller's timeout).
+//
+//   fault_injection MODEL.param MODEL.bin INPUT.npy INPUT_BLOB OUTPUT_BLOB THREADS BUDGET DELAYED_RUNS
+//                   [transformed=FILE] [out=FILE.npy (the reference output)]
+#include "planner/planner.h"
+#include "runtime/executor.h"
+#include "runtime/npy.h"
+#include "runtime/profiler.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+int fail(const std::string& message)
+{
+    fprintf(stderr, "error: %s\n", message.c_str());
+    return 1;
+}
+
+bool same(const ncnn::Mat& a, const ncnn::Mat& b)
+{
+    if (a.w != b.w || a.h != b.h || a.d != b.d || a.c != b.c || a.elemsize != b.elemsize)
+        return false;
+    for (int q = 0; q < a.c; q++)
+        if (memcmp(a.channel(q), b.channel(q), (size_t)a.w * a.h * a.d * a.elemsize) != 0)
+            return false;
+    return true;
+}
+
+} // namespace
+
+int main(int argc, char** argv)
+{
+    if (argc < 9)
+        return fail("usage: fault_injection MODEL.param MODEL.bin INPUT.npy INPUT_BLOB OUTPUT_BLOB THREADS BUDGET DELAYED_RUNS "
+                    "[transformed=FILE] [out=FILE.npy]");
+    const std::string param = argv[1], bin = argv[2], budget_arg = argv[7];
+    const int threads = std::atoi(argv[6]), delayed_runs = std::atoi(argv[8]);
+    if (threads < 1 || delayed_runs < 0)
+        return fail("THREADS must be at least 1, DELAYED_RUNS at least 0");
+    std::string transformed, out;
+    for (int i = 9; i < argc; i++)
+    {
+        if (std::strncmp(argv[i], "transformed=", 12) == 0)
+            transformed = argv[i] + 12;
+        else if (std::strncmp(argv[i], "out=", 4) == 0)
+            out = argv[i] + 4;
+        else
+            return fail(std::string("unknown argument '") + argv[i] + "'");
+    }
+
+    ncnn::Mat input;
+    flexnn::Status s = flexnn::read_npy(argv[3], input);
+    if (!s.ok())
+        return fail(s.message());
+    const flexnn::NamedMats inputs = {{argv[4], input}};
+    flexnn::RuntimeOptions options;
+    options.num_threads = threads;
+    options.canaries = true;
+    flexnn::PrepareResult prepared;
+    s = flexnn::prepare(param, bin, transformed, inputs, {argv[5]}, options, prepared);
+    if (!s.ok())
+        return fail(s.message());
+    const flexnn::PlannerOptions planner;
+    const uint64_t smallest = flexnn::min_feasible_budget(prepared.profile, planner);
+    const uint64_t budget = budget_arg == "min" ? smallest : std::strtoull(budget_arg.c_str(), nullptr, 10);
+
+    std::unique_ptr<flexnn::Executor> executor;
+    options.outside_allowance = prepared.outside_bytes;
+    s = flexnn::Executor::create(param, bin, transformed, options, prepared.schedule, prepared.profile, executor);
+    if (!s.ok())
+        return fail(s.message());
+    s = executor->set_budget(budget, planner);
+    if (!s.ok())
+        return fail(s.message());
+
+    auto run = [&](flexnn::NamedMats& outputs) {
+        flexnn::RunStats stats;
+        return executor->run(inputs, outputs, stats);
+    };
+    flexnn::NamedMats reference;
+    s = run(reference);
+    if (!s.ok())
+        return fail("the reference run: " + s.message());
+    // the second run is the steady state: resident layers were built by the first
+    s = run(reference);
+    if (!s.ok())
+        return fail("the reference run: " + s.message());
+    const int requests = executor->last_run_requests();
+    auto recovered = [&](const std::string& after) -> std::string {
+        executor->inject_faults(flexnn::FaultPlan());
+        flexnn::NamedMats outputs;
+        flexnn::Status again = run(outputs);
+        if (!again.ok())
+            return "the run after " + after + " failed: " + again.message();
+        if (!same(outputs.front().second, reference.front().second))
+            return "the run after " + after + " differs from the reference";
+        return "";
+    };
+
+    int failed = 0, thrown = 0;
+    for (int k = 1; k <= requests; k++)
+        for (const bool throws : {false, true})
+        {
+            flexnn::FaultPlan faults;
+            (throws ? faults.throw_request : faults.fail_request) = k;
+            executor->inject_faults(faults);
+            flexnn::NamedMats outputs;
+            const std::string what = std::string(throws ? "throwing" : "failing") + " request " + std::to_string(k) + " of "
+                                     + std::to_string(requests);
+            if (run(outputs).ok())
+                return fail(what + " did not fail the run");
+            (throws ? thrown : failed)++;
+            const std::string problem = recovered(what);
+            if (!problem.empty())
+                return fail(problem);
+        }
+
+    flexnn::FaultPlan no_arena;
+    no_arena.fail_arena = true;
+    executor->inject_faults(no_arena);
+    if (executor->set_budget(budget + budget / 2 + 4096, planner).ok())
+        return fail("a plan change whose arena cannot be allocated succeeded");
+    std::string problem = recovered("a failed plan change");
+    if (!problem.empty())
+        return fail(problem);
+
+    for (int i = 0; i < delayed_runs; i++)
+    {
+        flexnn::FaultPlan delays;
+        delays.max_delay_us = 300;
+        delays.seed = (uint32_t)i;
+        executor->inject_faults(delays);
+        flexnn::NamedMats outputs;
+        s = run(outputs);
+        if (!s.ok())
+            return fail("delayed run " + std::to_string(i) + ": " + s.message());
+        if (!same(outputs.front().second, reference.front().second))
+            return fail("delayed run " + std::to_string(i) + " differs from the reference");
+    }
+    if (!out.empty())
+    {
+        s = flexnn::write_npy(out, reference.front().second);
+        if (!s.ok())
+            return fail(s.message());
+    }
+    printf("{\"requests\": %d, \"failed\": %d, \"thrown\": %d, \"delayed_runs\": %d, \"smallest_budget\": %llu}\n", requests, failed,
+           thrown, delayed_runs, (unsigned long long)smallest);
+    return 0;
+}

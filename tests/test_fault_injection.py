@@ -1,0 +1,47 @@
+"""Fault injection, the NCNN way (tests/native/fault_injection.cpp): every request the arena allocators
+serve in a run is failed in turn, then thrown (std::bad_alloc) in turn — where the loading thread
+builds a layer, where a layer computes, where inputs are copied in —, a plan change finds no memory
+for its arena, and runs are delayed at random on both threads. Each faulty run ends in an error, the
+next run equals the reference bit for bit, and that reference equals stock NCNN (the sanitizer builds'
+NCNN has no AVX/FMA kernels: there within 1e-3 of the wheel's). Under AddressSanitizer
+nothing leaks or overruns, under ThreadSanitizer nothing races; the timeout turns a hang into a
+failure. Canaries are on throughout. NCNN's own helpers that hold a layer in a raw pointer while
+forwarding it (copy_make_border, convert_packing, ...) leak it when the allocator throws: those, and
+only those, are suppressed (tests/native/lsan.supp)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import assert_close, built, stock_output
+from test_runtime import WRITERS
+
+DELAYED_RUNS = 20
+SUPPRESSIONS = Path(__file__).parent / "native" / "lsan.supp"
+BUILDS = {"host": "host", "asan": "host-asan", "tsan": "host-tsan"}
+TOLERANCE = {"host": 1e-4, "asan": 1e-3, "tsan": 1e-3}
+
+
+@pytest.mark.parametrize("budget", ["min", "100000000"], ids=["tightest", "generous"])
+@pytest.mark.parametrize("model", sorted(WRITERS))
+@pytest.mark.parametrize("build", sorted(BUILDS))
+def test_every_fault_ends_in_an_error_and_the_next_run_equals_stock(build: str, model: str, budget: str, tmp_path: Path) -> None:
+    param, bin_, x = WRITERS[model](tmp_path)
+    np.save(tmp_path / "in.npy", x)
+    program = built(BUILDS[build], "native", "tests_native", "fault_injection")
+    proc = subprocess.run([str(program), str(param), str(bin_), str(tmp_path / "in.npy"), "data", "output", "2", budget,
+                           str(DELAYED_RUNS), f"transformed={tmp_path / 'model.transformed'}", f"out={tmp_path / 'out.npy'}"],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "LSAN_OPTIONS": f"suppressions={SUPPRESSIONS}:print_suppressions=0"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # sanitizers report on stderr
+    report = json.loads(proc.stdout)
+    assert report["requests"] > 0 and report["failed"] == report["thrown"] == report["requests"], report
+    assert report["delayed_runs"] == DELAYED_RUNS
+    assert_close(np.load(tmp_path / "out.npy"), stock_output(param, bin_, x), TOLERANCE[build])
