@@ -1,5 +1,7 @@
-"""Fault injection, the NCNN way (tests/native/fault_injection.cpp): every request the arena allocators
-serve in a run is failed in turn, then thrown (std::bad_alloc) in turn — where the loading thread
+"""Fault injection, the NCNN way (tests/native/fault_injection.cpp): every request prepare's recording
+allocators serve is failed in turn, then thrown in turn (each prepare fails, leaves no transformed
+file, and the next records the same profile); every request the arena allocators serve in a run is
+failed in turn, then thrown (std::bad_alloc) in turn — where the loading thread
 builds a layer, where a layer computes, where inputs are copied in —, a plan change finds no memory
 for its arena, and runs are delayed at random on both threads. Each faulty run ends in an error, the
 next run equals the reference bit for bit, and that reference equals stock NCNN (the sanitizer builds'
@@ -43,5 +45,7 @@ def test_every_fault_ends_in_an_error_and_the_next_run_equals_stock(build: str, 
     assert proc.stderr == ""  # sanitizers report on stderr
     report = json.loads(proc.stdout)
     assert report["requests"] > 0 and report["failed"] == report["thrown"] == report["requests"], report
+    assert report["prepare_requests"] > 0 and report["prepare_failed"] == 2 * report["prepare_requests"], report
     assert report["delayed_runs"] == DELAYED_RUNS
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.npy", "model.transformed", "out.npy", param.name, bin_.name])
     assert_close(np.load(tmp_path / "out.npy"), stock_output(param, bin_, x), TOLERANCE[build])

@@ -1,4 +1,7 @@
-// fault_injection: every error path of the pipelined executor, the NCNN way. Prepares MODEL, plans it
+// fault_injection: every error path of prepare and of the pipelined executor, the NCNN way. First,
+// for every k in 1..P (the requests prepare's recording allocators serve), a prepare whose k-th
+// request fails and one whose k-th request throws: each must fail, leave no transformed file, and a
+// clean prepare after them must record the same profile. Then it prepares MODEL, plans it
 // at BUDGET (bytes of arena, or "min") and runs it once for the reference output and the number N of
 // requests its arena allocators serve. Then, for every k in 1..N, a run whose k-th request fails
 // (nullptr) and one whose k-th request throws std::bad_alloc (where layers are built on the loading
@@ -69,9 +72,35 @@ int main(int argc, char** argv)
     options.num_threads = threads;
     options.canaries = true;
     flexnn::PrepareResult prepared;
-    s = flexnn::prepare(param, bin, transformed, inputs, {argv[5]}, options, prepared);
+    flexnn::FaultInjector prepare_faults;
+    s = flexnn::prepare(param, bin, transformed, inputs, {argv[5]}, options, prepared, &prepare_faults);
     if (!s.ok())
         return fail(s.message());
+    const int prepare_requests = prepare_faults.requests();
+    int prepare_failed = 0;
+    for (int k = 1; k <= prepare_requests; k++)
+        for (const bool throws : {false, true})
+        {
+            flexnn::FaultPlan faults;
+            (throws ? faults.throw_request : faults.fail_request) = k;
+            prepare_faults.arm(faults);
+            flexnn::PrepareResult failed;
+            const std::string what = std::string(throws ? "throwing" : "failing") + " prepare's request " + std::to_string(k) + " of "
+                                     + std::to_string(prepare_requests);
+            if (flexnn::prepare(param, bin, transformed, inputs, {argv[5]}, options, failed, &prepare_faults).ok())
+                return fail(what + " did not fail it");
+            prepare_failed++;
+        }
+    flexnn::PrepareResult again;
+    s = flexnn::prepare(param, bin, transformed, inputs, {argv[5]}, options, again);
+    if (!s.ok())
+        return fail("the prepare after the failed ones: " + s.message());
+    if (again.profile.tensors.size() != prepared.profile.tensors.size())
+        return fail("the prepare after the failed ones recorded another profile");
+    for (size_t k = 0; k < again.profile.tensors.size(); k++)
+        if (again.profile.tensors[k].size != prepared.profile.tensors[k].size
+            || again.profile.tensors[k].last_use != prepared.profile.tensors[k].last_use)
+            return fail("the prepare after the failed ones recorded another profile");
     const flexnn::PlannerOptions planner;
     const uint64_t smallest = flexnn::min_feasible_budget(prepared.profile, planner);
     const uint64_t budget = budget_arg == "min" ? smallest : std::strtoull(budget_arg.c_str(), nullptr, 10);
@@ -155,7 +184,8 @@ int main(int argc, char** argv)
         if (!s.ok())
             return fail(s.message());
     }
-    printf("{\"requests\": %d, \"failed\": %d, \"thrown\": %d, \"delayed_runs\": %d, \"smallest_budget\": %llu}\n", requests, failed,
-           thrown, delayed_runs, (unsigned long long)smallest);
+    printf("{\"prepare_requests\": %d, \"prepare_failed\": %d, \"requests\": %d, \"failed\": %d, \"thrown\": %d, "
+           "\"delayed_runs\": %d, \"smallest_budget\": %llu}\n",
+           prepare_requests, prepare_failed, requests, failed, thrown, delayed_runs, (unsigned long long)smallest);
     return 0;
 }

@@ -183,20 +183,19 @@ bool has_blob(const ncnn::Net& net, const std::string& name)
     return false;
 }
 
-} // namespace
-
-Status prepare(const std::string& param_path, const std::string& bin_path, const std::string& transformed_path,
-               const NamedMats& inputs, const std::vector<std::string>& output_names, const RuntimeOptions& options,
-               PrepareResult& result)
+// prepare's body; whatever it throws, prepare turns into an error
+Status prepare_recorded(const std::string& param_path, const std::string& bin_path, const std::string& transformed_path,
+                        const NamedMats& inputs, const std::vector<std::string>& output_names, const RuntimeOptions& options,
+                        PrepareResult& result, FaultInjector* faults)
 {
     // declared before the model: its layers release their buffers into these
     CountingAllocator stock_heap; // layers built the stock way, to record their transformed weights
     CountingAllocator outside;
     StepClock load_clock;
     StepClock clock;
-    RecordingAllocator weights(Role::Weight, load_clock, outside);
-    RecordingAllocator blobs(Role::Activation, clock, outside);
-    RecordingAllocator workspace(Role::Intermediate, clock, outside);
+    RecordingAllocator weights(Role::Weight, load_clock, outside, faults);
+    RecordingAllocator blobs(Role::Activation, clock, outside, faults);
+    RecordingAllocator workspace(Role::Intermediate, clock, outside, faults);
     RecordingHooks hooks(clock);
 
     Model model;
@@ -355,10 +354,31 @@ Status prepare(const std::string& param_path, const std::string& bin_path, const
         }
     }
     result.outside_bytes = outside.counts().peak_bytes;
+    for (const RecordingAllocator* allocator : {&weights, &blobs, &workspace})
+        if (allocator->failed())
+            return Status::error(std::string("prepare: a ") + role_name(allocator->role()) + " buffer could not be allocated (injected fault)");
     s = validate_profile(profile);
     if (!s.ok())
         return Status::error("prepare recorded an invalid profile: " + s.message());
     return schedule.validate(model);
+}
+
+} // namespace
+
+Status prepare(const std::string& param_path, const std::string& bin_path, const std::string& transformed_path,
+               const NamedMats& inputs, const std::vector<std::string>& output_names, const RuntimeOptions& options,
+               PrepareResult& result, FaultInjector* faults)
+{
+    if (faults)
+        faults->begin_run();
+    try
+    {
+        return prepare_recorded(param_path, bin_path, transformed_path, inputs, output_names, options, result, faults);
+    }
+    catch (const std::exception& e)
+    {
+        return Status::error(std::string("prepare threw: ") + e.what());
+    }
 }
 
 } // namespace flexnn

@@ -2,6 +2,7 @@
 #define FLEXNN_PROFILER_H
 
 #include "planner/profile.h"
+#include "runtime/fault_injector.h"
 #include "runtime/layer_schedule.h"
 #include "runtime/runtime_options.h"
 #include "runtime/status.h"
@@ -29,7 +30,7 @@ struct PrepareResult
 // agree. "" prepares layers that transform their raw weights on every load.
 Status prepare(const std::string& param_path, const std::string& bin_path, const std::string& transformed_path,
                const NamedMats& inputs, const std::vector<std::string>& output_names, const RuntimeOptions& options,
-               PrepareResult& result);
+               PrepareResult& result, FaultInjector* faults = nullptr);
 
 } // namespace flexnn
 

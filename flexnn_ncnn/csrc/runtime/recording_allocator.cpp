@@ -1,11 +1,13 @@
 #include "runtime/recording_allocator.h"
 
+#include <new>
+
 #include <algorithm>
 
 namespace flexnn {
 
-RecordingAllocator::RecordingAllocator(Role role, const StepClock& clock, CountingAllocator& outside)
-    : role_(role), clock_(clock), outside_(outside), owner_(std::this_thread::get_id())
+RecordingAllocator::RecordingAllocator(Role role, const StepClock& clock, CountingAllocator& outside, FaultInjector* faults)
+    : role_(role), clock_(clock), outside_(outside), owner_(std::this_thread::get_id()), faults_(faults)
 {
 }
 
@@ -20,6 +22,14 @@ void* RecordingAllocator::fastMalloc(size_t size)
 {
     if (std::this_thread::get_id() != owner_)
         return outside_.fastMalloc(size);
+    if (faults_)
+    {
+        const FaultInjector::Request request = faults_->on_request();
+        if (request == FaultInjector::Request::Throw)
+            throw std::bad_alloc();
+        if (request == FaultInjector::Request::Fail)
+            failed_.store(true); // served all the same: NCNN's kernels do not all check an allocation
+    }
     void* ptr = ncnn::fastMalloc(size);
     if (!ptr)
         return ptr;

@@ -3,10 +3,12 @@
 
 #include "planner/profile.h"
 #include "runtime/counting_allocator.h"
+#include "runtime/fault_injector.h"
 #include "runtime/step_clock.h"
 
 #include <allocator.h>
 
+#include <atomic>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -27,23 +29,35 @@ struct AllocationRecord
 // Prepare's allocator for one role: a heap allocation per request, each one recorded with the
 // clock's step and its ordinal within (step, role). Requests from any thread other than the owner
 // (the thread that built it; e.g. an OpenMP worker inside a layer) cannot be ordered, so they are
-// served by `outside` and not recorded.
+// served by `outside` and not recorded. With `faults` (tests), a request the injector fails is
+// served but marks the allocator failed, and one it throws for throws std::bad_alloc.
 class RecordingAllocator : public ncnn::Allocator
 {
 public:
-    RecordingAllocator(Role role, const StepClock& clock, CountingAllocator& outside);
+    RecordingAllocator(Role role, const StepClock& clock, CountingAllocator& outside, FaultInjector* faults = nullptr);
     ~RecordingAllocator() override;
     void* fastMalloc(size_t size) override;
     void fastFree(void* ptr) override;
 
     // every buffer so far; those still live have last_use -1
     std::vector<AllocationRecord> records() const;
+    Role role() const
+    {
+        return role_;
+    }
+    // whether the fault injector failed one of its requests
+    bool failed() const
+    {
+        return failed_.load();
+    }
 
 private:
     const Role role_;
     const StepClock& clock_;
     CountingAllocator& outside_;
     const std::thread::id owner_;
+    FaultInjector* faults_;
+    std::atomic<bool> failed_{false};
 
     mutable std::mutex lock_;
     std::vector<AllocationRecord> records_;
