@@ -99,6 +99,6 @@ def test_sanitizer_build_is_host_only_with_its_own_root_and_a_layer_subset(tmp_p
     assert "-DWITH_LAYER_lstm=OFF" in ncnn and "-DWITH_LAYER_convolution=OFF" not in ncnn
     assert "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread" in native
     assert "-DFLEXNN_PYTHON=ON" not in native
-    assert proc.stdout.rstrip().endswith("runtime_stress")
+    assert proc.stdout.rstrip().endswith("runtime_stress fault_injection")  # the sanitizer workloads only
 
     assert_user_error(run_module("build", "--target", "linux-aarch64", "--sanitizer", "asan", "--dry-run"), "host-only")
