@@ -93,9 +93,15 @@ def _plan(profile: planning.Profile, budget: int | None, reserved: int) -> plann
 _measured: dict[tuple[str, str, bool, sidecar.Target], int] = {}
 
 
+# the measured uncounted RSS is rounded up to this: it differs by tens of KB from one process to the
+# next, and a plan should not (the same slice command gives the same answer)
+UNCOUNTED_QUANTUM = 256 * 1024
+
+
 def _uncounted_rss_bytes(content: sidecar.Sidecar) -> int:
     """The resident memory running `content` holds beyond the runtime's count, measured in a fresh
-    process on a scratch copy of the sidecar (overhead.py), once per model files and options."""
+    process on a scratch copy of the sidecar (overhead.py), once per model files and options, rounded
+    up to UNCOUNTED_QUANTUM."""
     key = (content.model.param_sha256, content.model.bin_digest, bool(content.model.transformed), content.target)
     if key in _measured:
         return _measured[key]
@@ -106,7 +112,7 @@ def _uncounted_rss_bytes(content: sidecar.Sidecar) -> int:
     log.info("prepare: a run held %s over idle, %s of it counted: every plan leaves room for the other %s",
              format_size(measured["peak_rss_over_idle_bytes"]), format_size(measured["counted_bytes"]),
              format_size(measured["uncounted_rss_bytes"]))
-    _measured[key] = measured["uncounted_rss_bytes"]
+    _measured[key] = -(-measured["uncounted_rss_bytes"] // UNCOUNTED_QUANTUM) * UNCOUNTED_QUANTUM
     return _measured[key]
 
 

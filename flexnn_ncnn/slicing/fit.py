@@ -8,10 +8,14 @@ every layer's limit is lowered by the shortfall (the slicer's `reserve`) and the
 again, until the plan fits, the slicer cannot cut further, or the shortfall stops shrinking. The
 first attempt's limits count the whole budget: when the shortfall stops shrinking while the reserve
 is below what the budget leaves beside the arena (the limits did not bind), the reserve is raised to
-that and the model sliced once more. The smallest feasible budget an attempt's plan
-reports holds for that attempt's slicing, and the slicing made for that budget may differ: the error
-names one the same loop was confirmed to fit (or, when none was within the attempts, the last
-one found). No hand-set caps: every limit derives from the budget.
+that and the model sliced once more. No hand-set caps: every limit derives from the budget.
+
+That loop alone is not monotone: a budget above one it fits may miss (the tightening follows the
+shortfalls of its own attempts). So when it misses, fit_to_budget searches the smallest budget the
+loop fits (`smallest_budget`, bisection; every probe sliced, prepared, planned and run once in the
+child that measures the uncounted RSS): at or above it, that slicing is taken, planned for the budget
+asked (a profile that plans within a budget plans within any larger one); below it, the error names
+it. Feasibility is then monotone in the budget the user gives, and the named budget was verified.
 """
 
 from __future__ import annotations
@@ -38,7 +42,27 @@ MAX_ATTEMPTS = 6
 def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
                   target: Target, options: RuntimeOptions, scratch: Path, progress: bool = False,
                   stream: StreamModel | None = None) -> SlicingResult:
-    """The slicing whose prepared profile plans within `budget`; attempts are written to `scratch`."""
+    """The slicing whose prepared profile plans within `budget`: the fit loop's, else the smallest
+    budget's when `budget` is at or above it; attempts are written to `scratch`. Raises
+    InfeasibleBudget naming the smallest budget the search verified."""
+    try:
+        return _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream)
+    except planning.InfeasibleBudget as missed:
+        log.info("no slicing fitted %s (%s): searching the smallest budget that fits", format_size(budget), missed)
+    found = smallest_budget(param, modelbin, graph, shapes, target, options, scratch, stream)
+    if found.budget <= budget:
+        log.info("the slicing for the smallest budget, %s, fits %s", format_size(found.budget), format_size(budget))
+        return found.result
+    raise planning.InfeasibleBudget(budget, found.budget, "no slicing of the model plans within the budget",
+                                    f"verified: a slicing for it was sliced, prepared, planned and run ({len(found.probes)} "
+                                    "probes); every budget from it up slices")
+
+
+def _fit_confirming(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
+                    target: Target, options: RuntimeOptions, scratch: Path, progress: bool,
+                    stream: StreamModel | None) -> SlicingResult:
+    """The fit loop, then, when it misses, the loop again at the smallest budget it reported, followed
+    while a new slicing for it still misses: raises InfeasibleBudget naming the last one found."""
     result, smallest = _fit(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream)
     if result is not None:
         return result
@@ -111,7 +135,7 @@ class SmallestBudget:
 def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], target: Target,
                     options: RuntimeOptions, scratch: Path, stream: StreamModel | None = None,
                     resolution: int = 256 * 1024) -> SmallestBudget:
-    """The smallest budget fit_to_budget fits, to within `resolution` bytes (or 1%): bisection between
+    """The smallest budget the fit loop fits, to within `resolution` bytes (or 1%): bisection between
     the slicer's own lower bound, below which no slicing fits, and a budget confirmed to fit (the one
     an infeasible fit names, followed while a new slicing for it still misses). Every probe slices,
     prepares and plans; the budget returned was fitted by one of them."""
@@ -120,7 +144,7 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
 
     def fit(budget: int) -> SlicingResult | None:
         try:
-            result = fit_to_budget(param, modelbin, graph, shapes, budget, target, options, scratch, stream=stream)
+            result = _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, False, stream)
         except planning.InfeasibleBudget as e:
             probes.append(Probe(budget, False))
             log.info("probe %d: %s does not fit (%s)", len(probes), format_size(budget), e)
