@@ -26,13 +26,13 @@ import logging
 import os
 import sys
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from . import __version__, native, overhead, planning, sidecar
+from . import __version__, measured, native, overhead, planning, sidecar
 from .cli import UserError, add_logging_args, run_main, setup_logging
 from .fetch import sha256_of
 from .files import sampled_digest
@@ -86,34 +86,32 @@ def _plan(profile: planning.Profile, budget: int | None, reserved: int) -> plann
     return planning.plan_for_budget(profile, budget, reserved=reserved)
 
 
-# measured uncounted RSS by what it depends on: the model's files, whether layers load pre-transformed
-# weights, and the options it runs with (the transformed file's own bytes differ between prepares).
-# It varies by up to some 100 KB between measuring processes, so preparing the same files again in
-# this process (slice's fit attempt, then the final files) keeps one value: the plan that fitted fits.
-_measured: dict[tuple[str, str, bool, sidecar.Target], int] = {}
-
-
-# the measured uncounted RSS is rounded up to this: it differs by tens of KB from one process to the
-# next, and a plan should not (the same slice command gives the same answer)
+# the measured uncounted RSS is rounded up to this: the stored value is one process's, and others vary
+# by tens of KB around it
 UNCOUNTED_QUANTUM = 256 * 1024
 
 
 def _uncounted_rss_bytes(content: sidecar.Sidecar) -> int:
     """The resident memory running `content` holds beyond the runtime's count, measured in a fresh
-    process on a scratch copy of the sidecar (overhead.py), once per model files and options, rounded
-    up to UNCOUNTED_QUANTUM."""
-    key = (content.model.param_sha256, content.model.bin_digest, bool(content.model.transformed), content.target)
-    if key in _measured:
-        return _measured[key]
-    with tempfile.TemporaryDirectory(prefix="flexnn-overhead-") as scratch:
-        path = Path(scratch) / f"measuring{sidecar.SUFFIX}"
-        write_plan_file(content, path)
-        measured = overhead.measure_in_child(path, content.input_shapes())
-    log.info("prepare: a run held %s over idle, %s of it counted: every plan leaves room for the other %s",
-             format_size(measured["peak_rss_over_idle_bytes"]), format_size(measured["counted_bytes"]),
-             format_size(measured["uncounted_rss_bytes"]))
-    _measured[key] = -(-measured["uncounted_rss_bytes"] // UNCOUNTED_QUANTUM) * UNCOUNTED_QUANTUM
-    return _measured[key]
+    process on a scratch copy of the sidecar (overhead.py) and rounded up to UNCOUNTED_QUANTUM; kept
+    (measured.py) by what it depends on: the build, the model's files, whether layers load
+    pre-transformed weights (not that file's bytes, which differ between prepares), the options and
+    the input shapes. So preparing the same files again, here or in another process, plans with the
+    same value: the plan that fitted fits, and the same slice command gives the same answer."""
+    key = {"build": measured.build_key(native.load().__file__), "param": content.model.param_sha256,
+           "bin": content.model.bin_digest, "transformed": bool(content.model.transformed),
+           "target": asdict(content.target), "inputs": content.inputs}
+
+    def measure() -> int:
+        with tempfile.TemporaryDirectory(prefix="flexnn-overhead-") as scratch:
+            path = Path(scratch) / f"measuring{sidecar.SUFFIX}"
+            write_plan_file(content, path)
+            run = overhead.measure_in_child(path, content.input_shapes())
+        log.info("prepare: a run held %s over idle, %s of it counted: every plan leaves room for the other %s",
+                 format_size(run["peak_rss_over_idle_bytes"]), format_size(run["counted_bytes"]),
+                 format_size(run["uncounted_rss_bytes"]))
+        return -(-run["uncounted_rss_bytes"] // UNCOUNTED_QUANTUM) * UNCOUNTED_QUANTUM
+    return measured.recalled("uncounted_rss", key, measure)
 
 
 def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes: dict[str, tuple[int, ...]] | None = None,

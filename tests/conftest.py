@@ -3,12 +3,27 @@ zoo models (fp16 and fp32 weight storage) and the small corpus structures with s
 
 from __future__ import annotations
 
+import os
 import shutil
 from typing import Callable
 
 import pytest
 
 from model_helpers import ModelFiles, write_model, zoo_specs
+
+
+@pytest.fixture(scope="session", autouse=True)
+def measurement_cache(tmp_path_factory):
+    """The suite's measurements (flexnn_ncnn/measured.py) start empty and are shared by its processes,
+    not the user's cache: set here, every subprocess inherits it."""
+    from flexnn_ncnn.measured import CACHE_ENV
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(tmp_path_factory.mktemp("measured"))
+    yield
+    if before is None:
+        os.environ.pop(CACHE_ENV)
+    else:
+        os.environ[CACHE_ENV] = before
 
 
 @pytest.fixture(scope="session")
