@@ -228,11 +228,19 @@ def _huge_mat_count(b: bytes) -> bytes:
     return b[:at] + (0xFFFFFFFF).to_bytes(4, "little") + b[at + 4:]
 
 
+def _non_utf8_key(data: bytes) -> bytes:
+    """A byte no UTF-8 text holds inside the key's first value (`ncnn_version=...` after the 32-byte header)."""
+    assert data[32:45] == b"ncnn_version="
+    return data[:46] + b"\xff" + data[47:]
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda b: b[: len(b) // 2], "truncated or corrupt"),
     (lambda b: b"XXXX" + b[4:], "not a transformed-weights file"),
     (_huge_mat_count, "has a corrupt index"),
-], ids=["truncated", "bad-magic", "huge-count"])
+    # quoted as \xff, so the message reaches Python as one line of text (found by python -m flexnn_ncnn.fuzz)
+    (_non_utf8_key, r"were made for ncnn_version=.\\xff"),
+], ids=["truncated", "bad-magic", "huge-count", "non-utf8-key"])
 def test_a_damaged_file_is_refused(damage, message: str, tmp_path: Path) -> None:
     w = write_kernels(tmp_path)
     path = prepared(w)

@@ -26,7 +26,7 @@ using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>
 void check(const flexnn::Status& s)
 {
     if (!s.ok())
-        throw std::runtime_error(s.message());
+        throw std::runtime_error(s.one_line());
 }
 
 ncnn::Mat to_mat(const FloatArray& array)
