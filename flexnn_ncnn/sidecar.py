@@ -15,6 +15,7 @@ the caller is about to run and names the first field that differs. Writes are at
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -212,11 +213,20 @@ class Sidecar:
         )
 
     def validate(self) -> None:
-        """The profile is well formed, fits the schedule, and every stored plan passes the checker."""
+        """The profile is well formed, fits the schedule and the inputs, and every stored plan passes the
+        checker."""
         self.profile.validate()
         if len(self.profile.layers) != len(self.schedule.order) + 2:
             raise UserError(f"profile.layers has {len(self.profile.layers)} steps, the schedule {len(self.schedule.order) + 2} "
                             "(inputs, one per computed layer, outputs)")
+        copies = {t.ordinal: t.size for t in self.profile.tensors if t.layer == 0 and t.role == "activation"}
+        for k, (name, shape) in enumerate(self.inputs.items()):
+            # the input's copy into the arena: its floats, each channel rounded up to 16 B, and NCNN's refcount
+            floats = 4 * math.prod(shape)
+            channels = shape[2] if len(shape) == 3 else 1
+            if not floats <= copies.get(k, 0) <= floats + 16 * channels + 8:
+                raise UserError(f"inputs.{name} {shape} takes {floats} B of floats, the profile's copy of input {k} "
+                                f"{copies.get(k, 0)} B: they belong to different models")
         for where, plan in (("plan", self.plan), *((f"ladder[{i}]", p) for i, p in enumerate(self.ladder))):
             try:
                 planning.check_plan(self.profile, plan)

@@ -84,6 +84,8 @@ def test_truncated_or_invalid_json_is_a_user_error(saved: tuple[sidecar.Sidecar,
     (lambda d: d["plan"]["tensors"][0].pop("offset"), r"plan.tensors\[0\].offset is missing"),
     (lambda d: d["plan"]["dependencies"].append([1]), r"plan.dependencies\[\d+\] must be a \[comp, load\] pair"),
     (lambda d: d["inputs"].update(data=[0, 3]), "inputs.data must be a list of positive dimensions"),
+    # an input shape the profile's copy of it cannot hold (found by python -m flexnn_ncnn.fuzz)
+    (lambda d: d["inputs"].update(data=[2**31, 2, 2]), r"inputs.data \[2147483648, 2, 2\] takes .* B: they belong to different"),
     (lambda d: d.pop("schedule"), "sidecar.schedule is missing"),
     (lambda d: d["schedule"]["order"].append(99), "schedule.order names a layer index beyond the 5 layers"),
     (lambda d: d["schedule"]["ranges"][1].pop(), r"schedule.ranges\[1\] must be a \[begin, end\) pair"),
