@@ -5,7 +5,8 @@ formulas follow NCNN's x86/ARM convolution paths (paper §3.2):
 
 - Winograd F(m,3), 3x3 stride 1 dilation 1 only: transformed weights (m+2)^2·Cin·Cout, an input
   bordered to whole m-tiles, its transform (m+2)^2·tiles·Cin and the output transform (m+2)^2·tiles·Cout.
-- Im2col+GEMM: packed weights Cin·k·k·Cout, the padded input and the im2col matrix K×N (K = Cin·k·k,
+- Im2col+GEMM: packed weights Cin·k·k·Cout, the padded input (none when tiled with explicit zero
+  padding: each slice borders its own band, patch 0002) and the im2col matrix K×N (K = Cin·k·k,
   N = output pixels; a 1x1 stride-1 conv multiplies the input directly), K×ceil(N/T) with T tiles.
 - Direct: raw weights and the padded input.
 - InnerProduct / constant-B Gemm: the weight matrix (a 3-D InnerProduct input is flattened first).
@@ -64,6 +65,9 @@ class ConvModel:
     out_hw: tuple[int, int]
     bias: bool
     out_bytes: int
+    # explicit zero padding: a tiled im2col borders each slice's band itself, with no bordered copy
+    # of the input (patch 0002)
+    bands_border: bool = False
 
     @property
     def rows(self) -> int:
@@ -101,7 +105,8 @@ class ConvModel:
         if kernel == "im2col_gemm":
             direct_gemm = (self.kh, self.kw) == (1, 1) and self.stride == (1, 1)
             im2col = 0 if direct_gemm else k * math.ceil(self.pixels / tiles) * 4
-            return Cost(k * width * 4 + stored, self._padded_input() + im2col + concat)
+            padded = 0 if tiles > 1 and self.bands_border else self._padded_input()
+            return Cost(k * width * 4 + stored, padded + im2col + concat)
         if kernel == "direct":
             return Cost(k * width * 4 + stored, self._padded_input() + concat)
         raise ValueError(kernel)
@@ -242,12 +247,13 @@ def _conv_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> Conv
     sh, dh = p.get_int(13, sw), p.get_int(12, dw)
     pl = p.get_int(4, 0)
     pads = (pl, p.get_int(15, pl), p.get_int(14, pl), p.get_int(16, p.get_int(14, pl)))
+    bands_border = min(pads) >= 0 and p.get(18, 0) == 0
     if min(pads) < 0:  # SAME padding (-233/-234): the total NCNN adds so the output has its size
         pad_w = max((out_shape.w - 1) * sw + (kw - 1) * dw + 1 - in_shape.w, 0)
         pad_h = max((out_shape.h - 1) * sh + (kh - 1) * dh + 1 - in_shape.h, 0)
         pads = (pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2)
     return ConvModel(in_shape.c, p.get_int(0, 0), kh, kw, (sh, sw), (dh, dw), (in_shape.h, in_shape.w), pads,
-                     (out_shape.h, out_shape.w), bool(p.get_int(5, 0)), out_shape.nbytes)
+                     (out_shape.h, out_shape.w), bool(p.get_int(5, 0)), out_shape.nbytes, bands_border)
 
 
 def _matrix_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> MatrixModel | None:

@@ -99,7 +99,9 @@ def test_memory_estimates_per_kernel():
     # F(6,3): 4x2 tiles of 6x6 outputs; input bordered to 26x14; transforms of 64 per tile
     assert c3["winograd63"].intermediates == 24 * (26 * 14 * 4) + 64 * 8 * 4 * (24 + 40)
     model = by_name["c3"].model
-    assert model.cost("im2col_gemm", 40, tiles=4).intermediates == padded + 24 * 9 * 60 * 4
+    # tiled, with explicit zero padding, each slice borders its own band: no padded copy (patch 0002)
+    assert model.bands_border
+    assert model.cost("im2col_gemm", 40, tiles=4).intermediates == 24 * 9 * 60 * 4
     assert model.cost("winograd63", 16).weights == 64 * 24 * 16 * 4 + 24 * 9 * 16 * 4 + 16 * 4  # transformed + stored
     # a 1x1 stride-1 conv multiplies its input directly: no im2col matrix, no Winograd
     c1 = dict(by_name["c1"].candidates())

@@ -123,3 +123,21 @@ def test_tiled_conv_equals_stock_under_qemu_aarch64(shape: ConvShape, cpu: str |
         out, _ = run(None, None)
         assert_close(out, ref, rtol)
     check_tiles(shape, ref, run, rtol, value_bytes)
+
+
+def test_a_padded_tiled_conv_makes_no_bordered_copy_of_its_input(tmp_path: Path) -> None:
+    """A padded 3x3 conv at 224x224x64, input-sliced: prepare records its intermediates (the workspace
+    of its step) below one input's size, where the whole bordered copy alone (226x226x64) is larger;
+    each slice borders only the rows it reads. The output equals stock NCNN's."""
+    from flexnn_ncnn.prepare import prepare_model
+
+    shape = ConvShape("3x3p1-224", 64, 224, 224, 64, 3, pad=1)
+    param, bin_, x = write_conv_model(tmp_path, shape, kernel=2, tiles=64)
+    input_bytes = x.nbytes
+    assert 4 * 64 * 226 * 226 > input_bytes  # what the bordered copy alone would take
+    content = prepare_model(param, bin_, None, {"data": x.shape})
+    conv_step = content.schedule.order.index(1) + 1  # layer 1 is the Convolution
+    intermediates = [t.size for t in content.profile.tensors if t.role == "intermediate" and t.layer == conv_step]
+    assert intermediates and sum(intermediates) < input_bytes, intermediates
+    out, _ = native.load().run_stock(str(param), str(bin_), {"data": x}, ["output"])
+    assert_close(out["output"], run_stock(param, bin_, {"data": x}, ["output"])["output"], RTOL)
