@@ -52,7 +52,11 @@ class Session:
         param, bin_path = content.model_files(path)
         transformed = content.transformed_file(path)
         for which, file in (("param", param), ("bin", bin_path), ("transformed", transformed)):
-            if file is not None and not file.is_file():
+            try:
+                found = file is None or file.is_file()
+            except OSError as e:  # a name the file system refuses, e.g. longer than it allows
+                raise UserError(f"{path}: model.{which} is not a usable file name ({e.strerror})") from None
+            if not found:
                 raise UserError(f"{path}: model.{which} {file} does not exist")
         sidecar.verify(content, sidecar.Expected.for_run(param, bin_path, threads, module.build_info(), transformed),
                        str(path))

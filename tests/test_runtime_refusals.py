@@ -43,6 +43,19 @@ def test_plan_for_other_model_files_is_refused(residual: ModelCase, tmp_path: Pa
         Session(path)
 
 
+@pytest.mark.parametrize("name, message", [
+    ("missing.bin", "model.bin .*missing.bin does not exist"),
+    # a name the file system refuses (found by python -m flexnn_ncnn.fuzz: is_file() raised)
+    ("x" * 5000, r"model.bin is not a usable file name \(File name too long\)"),
+])
+def test_a_plan_naming_a_file_that_cannot_be_opened_is_refused_in_one_line(name: str, message: str, residual: ModelCase,
+                                                                           tmp_path: Path) -> None:
+    path, _ = prepared(residual, tmp_path)
+    with pytest.raises(UserError, match=message) as e:
+        Session(edited(path, lambda d: d["model"].update(bin=name)))
+    assert "\n" not in str(e.value)
+
+
 @pytest.mark.parametrize("record, field, value", [
     ("build", "patch_series_id", "0123456789abcdef"),
     ("build", "runtime_version", "0.0.1"),
