@@ -46,7 +46,9 @@ ANDROID_PLATFORM = "android-24"
 # ISA (no runtime dispatch) and only the layers the stress models use keep the build to minutes.
 SANITIZERS = {"tsan": "thread", "asan": "address"}
 SANITIZER_LAYERS = ("input", "convolution", "split", "binaryop", "relu", "pooling", "flatten", "innerproduct",
-                    "padding", "gemm", "packing", "cast", "crop", "yolov3detectionoutput")
+                    "padding", "gemm", "packing", "cast", "crop", "yolov3detectionoutput",
+                    # the race hunt's models (racehunt.py)
+                    "convolutiondepthwise", "concat", "interp", "mvn", "batchnorm", "scale", "eltwise", "softmax", "lrn", "clip")
 SANITIZER_NCNN_ARGS = ["-DNCNN_SIMPLEOMP=ON", "-DNCNN_RUNTIME_CPU=OFF", "-DNCNN_AVX=OFF", "-DNCNN_AVX2=OFF",
                        "-DNCNN_AVX512=OFF", "-DNCNN_FMA=OFF", "-DNCNN_F16C=OFF", "-DNCNN_XOP=OFF"]
 
