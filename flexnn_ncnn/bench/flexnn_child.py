@@ -165,7 +165,8 @@ def measure(description: dict[str, Any], mode: str, budget: int | None, threads:
     np.savez(outputs_npz, **outputs)
     record = {"config": mode, "latency_ms": [us / 1e3 for us in stats["latency_us"][timed]], "load_ms": load_ms,
               "rss_idle_bytes": rss_idle, "vm_hwm_bytes": vm_hwm, "hwm_reset": hwm_reset, "outputs_npz": str(outputs_npz),
-              "counted_bytes": stats["counted_bytes"], "arena_bytes": stats["arena_bytes"],
+              "counted_bytes": stats["counted_bytes"], "counted_limit_bytes": stats["counted_limit_bytes"],
+              "arena_bytes": stats["arena_bytes"],
               "load_wait_ms": [us / 1e3 for us in stats["load_wait_us"][timed]],
               "budget": content.plan.budget, "plan_ms": plan_ms, "activation_floor_bytes": activation_floor(content.profile),
               "transformed_weight_bytes": transformed_bytes}

@@ -5,7 +5,8 @@ it reports the switch (`set_budget`: a ladder lookup or a re-plan of the stored 
 arena rebuilt), the first inference after it (which also builds the layers the new plan pins), and the
 steady latency.
 Each step's outputs are checked against stock NCNN on the same model files, and the runtime's own
-count (arena + outside it) against the budget. Either failing fails the run: exit code 1.
+count (arena + outside it) against what the budget leaves it beside the resident memory the runtime
+does not count (`counted_limit_bytes`). Either failing fails the run: exit code 1.
 
 The whole trace is written to OUT/STEM.switch.json (every switch and inference), STEM.switch.csv (one
 row per inference) and STEM.switch.png (latency, budget and counted memory against wall time, the
@@ -32,6 +33,7 @@ from ..cli import UserError, add_logging_args, run_main, setup_logging
 from ..files import atomic_write_all
 from ..ncnn_model.stock import run_stock
 from ..units import parse_size
+from .harness import relative_error
 from .report import pyplot
 
 RTOL = 1e-4  # DESIGN.md section 5
@@ -49,7 +51,8 @@ class Switch:
 
 @dataclass(frozen=True)
 class Inference:
-    """One inference of the trace. `counted_bytes` is the arena then plus the session's peak outside it so far."""
+    """One inference of the trace. `counted_bytes` is the arena then plus the session's peak outside it so far;
+    `counted_limit_bytes` what the budget leaves it, less the resident memory the runtime does not count."""
 
     index: int
     time_s: float  # when it started, seconds since the trace's first switch
@@ -57,6 +60,7 @@ class Inference:
     latency_ms: float
     arena_bytes: int
     counted_bytes: int
+    counted_limit_bytes: int
     after_switch: bool  # the first inference after a switch
     relative_error: float | None  # against stock NCNN, checked on the first inference after a switch
 
@@ -70,9 +74,10 @@ class Step:
     first_inference_ms: float
     latency_median_ms: float | None  # of the steady inferences (None without any)
     counted_bytes: int
+    counted_limit_bytes: int
     arena_bytes: int
     relative_error: float  # of the first inference's outputs against stock NCNN
-    ok: bool
+    ok: bool  # outputs within RTOL of stock NCNN's, every inference's count within its limit
 
 
 @dataclass(frozen=True)
@@ -92,18 +97,13 @@ class SwitchTrace:
             first, last, steady = group[0], group[-1], [i.latency_ms for i in group[1:]]
             assert first.relative_error is not None  # checked on every first inference after a switch
             out.append(Step(switch.budget, switch.switch_ms, first.latency_ms, statistics.median(steady) if steady else None,
-                            last.counted_bytes, last.arena_bytes, first.relative_error,
-                            first.relative_error <= RTOL and all(i.counted_bytes <= switch.budget for i in group)))
+                            last.counted_bytes, last.counted_limit_bytes, last.arena_bytes, first.relative_error,
+                            first.relative_error <= RTOL and all(i.counted_bytes <= i.counted_limit_bytes for i in group)))
         return out
 
     def to_json(self) -> dict[str, Any]:
         return {"steps": [asdict(s) for s in self.steps()], "switches": [asdict(s) for s in self.switches],
                 "inferences": [asdict(i) for i in self.inferences]}
-
-
-def _relative_error(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> float:
-    return max(float(np.max(np.abs(outputs[n] - reference[n]))) / max(float(np.max(np.abs(reference[n]))), 1e-30)
-               for n in reference)
 
 
 def switch_trace(sidecar_path: Path, budgets: Sequence[int], loops: int, seed: int = 0) -> SwitchTrace:
@@ -129,7 +129,8 @@ def switch_trace(sidecar_path: Path, budgets: Sequence[int], loops: int, seed: i
             latency_ms = (time.perf_counter() - begin) * 1e3
             stats = session.stats()
             inferences.append(Inference(len(inferences), begin - origin, budget, latency_ms, int(stats["arena_bytes"]),
-                                        int(stats["counted_bytes"]), n == 0, _relative_error(outputs, reference) if n == 0 else None))
+                                        int(stats["counted_bytes"]), int(stats["counted_limit_bytes"]), n == 0,
+                                        relative_error(reference, outputs) if n == 0 else None))
     return SwitchTrace(tuple(switches), tuple(inferences))
 
 
