@@ -24,7 +24,7 @@ from flexnn_ncnn import slice as slice_cli
 from flexnn_ncnn.cli import UserError, run_main
 from flexnn_ncnn.ncnn_model import (Graph, ModelBin, infer_shapes, parse_input_shape, read_bin, read_param)
 from flexnn_ncnn.ncnn_model.stock import run_stock
-from flexnn_ncnn.slicing import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, Target, slice_model
+from flexnn_ncnn.slicing import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, Target, slice_model, slicer
 from flexnn_ncnn.slicing.policy import SLICING_OF, slice_widths
 
 pytest.importorskip("ncnn")
@@ -255,11 +255,15 @@ def test_cli_output_is_replaced_atomically(zoo_exports, tmp_path, monkeypatch, c
     args[2] = "200kB"  # a second run that would slice, failing while it writes
     old = {p.name: p.read_bytes() for p in outdir.iterdir()}
 
-    def fail_midway(self, f):
+    write_all = slicer.atomic_write_all
+
+    def fail_midway(f):
         f.write(b"partial")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ModelBin, "write", fail_midway)
+    # the sliced .bin's write fails (not the slicer's scratch files: meter.py's one-layer models)
+    monkeypatch.setattr(slicer, "atomic_write_all",
+                        lambda writers: write_all({p: fail_midway if p.suffix == ".bin" else w for p, w in writers.items()}))
     assert run_main(slice_cli.main, args) == 2
     assert "error: cannot write to" in capsys.readouterr().err
     # neither the .bin nor its .param changed, and no temporary file is left

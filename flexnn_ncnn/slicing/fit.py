@@ -1,8 +1,8 @@
 """Slice until the real profile fits: slice, prepare on this machine, plan; tighten and retry.
 
-The slicer's per-layer costs (analysis.py) estimate what NCNN will allocate; the profile that
-prepare records is what it does allocate (transformed weights, layout conversions, live
-activations), and prepare measures what the budget must leave beside the arena (allocations outside
+The slicer's per-layer choices are measured here (meter.py: each layer's slice, kernel and tiles run
+through NCNN as a one-layer model); the profile that prepare records is what the whole model does
+allocate (transformed weights, layout conversions, live activations), and prepare measures what the budget must leave beside the arena (allocations outside
 it, the resident memory the runtime does not count). When the plan for the budget is infeasible,
 every layer's limit is lowered by the shortfall (the slicer's `reserve`) and the model is sliced
 again, until the plan fits, the slicer cannot cut further, or the shortfall stops shrinking. The
@@ -30,6 +30,7 @@ from ..cli import UserError
 from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
 from ..prepare import RuntimeOptions, prepare_model
 from ..units import format_size
+from .meter import LayerMeter
 from .slicer import SlicingResult, slice_model, write_sliced
 from .streaming import StreamModel
 from .target import Target
@@ -84,12 +85,13 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
          stream: StreamModel | None) -> tuple[SlicingResult | None, int]:
     """(the fitting slicing, 0), or (None, the smallest feasible budget any attempt's plan reported)."""
     input_shapes = {name: tuple(shapes[name].numpy()) for name in graph.inputs}
+    meter = LayerMeter(shapes, options)
     reserve = 0
     smallest = 0  # the smallest feasible budget an attempt's plan reported (0: none yet)
     shortfall_before: int | None = None
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            result = slice_model(param, modelbin, graph, shapes, budget, target, reserve, progress, stream)
+            result = slice_model(param, modelbin, graph, shapes, budget, target, reserve, progress, stream, meter.cost)
         except UserError:
             if not smallest:
                 raise

@@ -7,6 +7,10 @@ with input slicing (as many tiles as SIMD efficiency allows, only when the whole
 direct with weights slicing; matrix layers (InnerProduct, constant-B Gemm) with weights slicing.
 Slice widths are multiples of the target's SIMD width.
 
+On the target (fit.py) each choice is measured (meter.py): an option fits when its measurement does,
+and the estimates (analysis.py) only order the options and skip those that, corrected by the first
+measurement of their kernel on the layer, cannot fit.
+
 When part of the weights must be streamed on every inference (streaming.py), a Winograd decision is
 weighed against im2col+GEMM, whose transformed weights are the raw size (whole, input-sliced, or
 also weights-sliced): the cheaper estimate of compute plus that part of the layer's streamed bytes wins.
@@ -14,13 +18,19 @@ also weights-sliced): the cheaper estimate of compute plus that part of the laye
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field, replace
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..analysis import ConvModel, Cost, FixedModel, LayerAnalysis
 from .streaming import StreamModel
 from .target import Target
+
+log = logging.getLogger(__name__)
+
+# a layer's (kernel, width, tiles) measured on the target (meter.LayerMeter.cost)
+Measure = Callable[[LayerAnalysis, str, int, int], Cost]
 
 # how each kernel cuts its layer: by output channels/rows, by im2col tiles, or not at all
 SLICING_OF = {"winograd63": "weights", "winograd43": "weights", "im2col_gemm": "input", "direct": "weights",
@@ -39,8 +49,8 @@ class LayerDecision:
     slice_width: int     # rows per sub-layer (== rows when not weights-sliced)
     tiles: int           # im2col tiles (1 = whole im2col matrix)
     limit: int           # bytes the budget leaves this layer for weights + intermediates
-    before: Cost         # fastest kernel, unsliced: what stock NCNN would hold
-    after: Cost          # one sub-layer of the chosen kernel, as sliced
+    before: Cost         # fastest kernel, unsliced: what stock NCNN would hold (measured when the choice was)
+    after: Cost          # one sub-layer of the chosen kernel, as sliced (measured when the slicer measures)
     reason: str
     sublayers: tuple[str, ...] = field(default=())
 
@@ -85,14 +95,40 @@ def smallest_working_set(a: LayerAnalysis, target: Target) -> int:
     return min(a.model.cost(k, w, t).total for k, w, t in _options(a, target))
 
 
-def decide(a: LayerAnalysis, limit: int, target: Target) -> LayerDecision | None:
-    """The first option that fits `limit`, or None."""
+class _Gate:
+    """Which of a layer's options fit a limit. Without `measure`, by the estimate. With it, an option
+    fits when its measurement does; it is measured when its estimate, scaled by what the first
+    measurement of the same kernel on this layer found (measured / estimated), fits: a choice rests on
+    measurements, and the estimate only orders and skips options, corrected by them."""
+
+    def __init__(self, a: LayerAnalysis, limit: int, measure: Measure | None):
+        self.a, self.limit, self.measure = a, limit, measure
+        self.scale: dict[str, float] = {}
+
+    def fits(self, kernel: str, width: int, tiles: int) -> Cost | None:
+        estimate = self.a.model.cost(kernel, width, tiles)
+        if self.measure is None:
+            return estimate if estimate.total <= self.limit else None
+        if kernel in self.scale and estimate.total * self.scale[kernel] > self.limit:
+            return None
+        measured = self.measure(self.a, kernel, width, tiles)
+        self.scale.setdefault(kernel, measured.total / max(estimate.total, 1))
+        if measured.total > self.limit:
+            log.debug("%s %s x%d tiles %d: measured %s B > limit %s B (estimated %s B)", self.a.layer.name, kernel, width,
+                      tiles, f"{measured.total:,}", f"{self.limit:,}", f"{estimate.total:,}")
+            return None
+        return measured
+
+
+def decide(a: LayerAnalysis, limit: int, target: Target, measure: Measure | None = None) -> LayerDecision | None:
+    """The first option that fits `limit` (see _Gate: with `measure`, by its measurement), or None."""
     m = a.model
     fastest = m.kernels[0]
-    before = m.cost(fastest, m.rows)
+    before = measure(a, fastest, m.rows, 1) if measure else m.cost(fastest, m.rows)
+    gate = _Gate(a, limit, measure)
     for kernel, width, tiles in _options(a, target):
-        cost = m.cost(kernel, width, tiles)
-        if cost.total > limit:
+        cost = gate.fits(kernel, width, tiles)
+        if cost is None:
             continue
         whole = width == m.rows and tiles == 1
         if whole and kernel == fastest:
@@ -106,16 +142,18 @@ def decide(a: LayerAnalysis, limit: int, target: Target) -> LayerDecision | None
     return None
 
 
-def decide_streamed(a: LayerAnalysis, d: LayerDecision, target: Target, stream: StreamModel, share: float) -> LayerDecision:
+def decide_streamed(a: LayerAnalysis, d: LayerDecision, target: Target, stream: StreamModel, share: float,
+                    measure: Measure | None = None) -> LayerDecision:
     """`d`, or im2col+GEMM (its first option within d.limit) when, with `share` of the weights streamed,
     its estimated compute + loading is less than d's Winograd kernel's; the reason gives both estimates."""
     m = a.model
     if share <= 0 or not d.kernel.startswith("winograd"):
         return d
     assert isinstance(m, ConvModel)
-    option = next(((k, w, t) for k, w, t in _streamed_im2col_options(m, target) if m.cost(k, w, t).total <= d.limit),
-                  None)
-    if option is None:
+    gate = _Gate(a, d.limit, measure)
+    fitting = ((o, gate.fits(*o)) for o in _streamed_im2col_options(m, target))
+    option, cost = next(((o, c) for o, c in fitting if c is not None), (None, None))
+    if option is None or cost is None:
         return replace(d, reason=f"{d.reason}; im2col_gemm does not fit")
     estimates = {k: (stream.compute_us(m, k), stream.load_us(m, k, share)) for k in (d.kernel, "im2col_gemm")}
     keep, switch = (sum(estimates[k]) for k in (d.kernel, "im2col_gemm"))
@@ -126,8 +164,7 @@ def decide_streamed(a: LayerAnalysis, d: LayerDecision, target: Target, stream: 
     kernel, width, tiles = option
     cuts = [what for what, cut in (("weights", width < m.rows), ("input", tiles > 1)) if cut]
     how = " and ".join(cuts) + " sliced" if cuts else "whole"
-    return replace(d, kernel=kernel, slice_width=width, tiles=tiles, after=m.cost(kernel, width, tiles),
-                   reason=f"{why}; {kernel} {how}")
+    return replace(d, kernel=kernel, slice_width=width, tiles=tiles, after=cost, reason=f"{why}; {kernel} {how}")
 
 
 def _streamed_im2col_options(m: ConvModel, target: Target) -> Iterator[tuple[str, int, int]]:

@@ -32,20 +32,29 @@ def _slice_rows(record: WeightRecord, rows: int, lo: int, hi: int, columns: bool
     return WeightRecord.from_elements(spec, record.tag, np.ascontiguousarray(e).reshape(-1))
 
 
-def _sub_layer(layer: Layer, weights: LayerWeights, lo: int, hi: int, rows: int) -> tuple[ParamDict, list[WeightRecord]]:
-    """Params and weight records of the sub-layer computing output rows [lo, hi)."""
+def sub_layer_params(layer: Layer, width: int, rows: int) -> ParamDict:
+    """Params of a sub-layer computing `width` of the layer's `rows` output rows."""
     p = layer.params.copy()
     p.remove(SHAPE_HINT_ID)
-    width = hi - lo
-    records = []
     if layer.type in ("Convolution", "InnerProduct"):
         p.set(0, width)
         size_id = 6 if layer.type == "Convolution" else 2
         p.set(size_id, layer.params.get_int(size_id, 0) // rows * width)
-        # an int8 layer's weight scales go with their rows; its input (and output) scale to every slice
-        records = [_slice_rows(r, rows, lo, hi) if r.spec.role in PER_ROW else r for r in weights.records]
     elif layer.type == "Gemm":
         p.set(8, width)
+    else:
+        raise AssertionError(f"no weights slicing for {layer.type}")
+    return p
+
+
+def _sub_layer(layer: Layer, weights: LayerWeights, lo: int, hi: int, rows: int) -> tuple[ParamDict, list[WeightRecord]]:
+    """Params and weight records of the sub-layer computing output rows [lo, hi)."""
+    p = sub_layer_params(layer, hi - lo, rows)
+    records = []
+    if layer.type in ("Convolution", "InnerProduct"):
+        # an int8 layer's weight scales go with their rows; its input (and output) scale to every slice
+        records = [_slice_rows(r, rows, lo, hi) if r.spec.role in PER_ROW else r for r in weights.records]
+    else:
         trans_b, broadcast_c = layer.params.get_int(3, 0), layer.params.get_int(10, 0)
         for r in weights.records:
             if r.spec.role == "B":
@@ -54,8 +63,6 @@ def _sub_layer(layer: Layer, weights: LayerWeights, lo: int, hi: int, rows: int)
                 records.append(_slice_rows(r, rows, lo, hi, columns=broadcast_c == 3))
             else:
                 records.append(r)
-    else:
-        raise AssertionError(f"no weights slicing for {layer.type}")
     return p, records
 
 

@@ -14,7 +14,7 @@ from ..cli import UserError
 from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
 from ..files import atomic_write_all
 from ..units import format_size
-from .policy import LayerDecision, decide, decide_streamed, smallest_working_set
+from .policy import LayerDecision, Measure, decide, decide_streamed, smallest_working_set
 from .rewrite import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, apply
 from .streaming import StreamModel, streamed_share
 from .target import Target
@@ -60,11 +60,14 @@ class SlicingResult:
 
 
 def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
-                target: Target, reserve: int = 0, progress: bool = False, stream: StreamModel | None = None) -> SlicingResult:
+                target: Target, reserve: int = 0, progress: bool = False, stream: StreamModel | None = None,
+                measure: Measure | None = None) -> SlicingResult:
     """Slice so every layer's weights + intermediates fit what `budget` leaves beside live activations.
 
     `reserve` is taken off every layer's limit: the planner raises it to tighten and retry. With
-    `stream`, Winograd decisions are weighed against im2col+GEMM by compute + streamed weights.
+    `stream`, Winograd decisions are weighed against im2col+GEMM by compute + streamed weights. With
+    `measure` (meter.py, on the target), a choice fits when its measurement does; a layer none of whose
+    options measures within its limit gets the estimate's choice, and the prepared profile decides.
     Raises UserError naming the smallest feasible budget when `budget` is not enough.
     """
     analyses = analyze(graph, shapes)
@@ -80,10 +83,13 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
     decisions: dict[str, LayerDecision] = {}
     # disable=None shows the bar only on a terminal: piped stderr keeps to the one-line error contract
     for a in tqdm(analyses, desc="slicing", unit="layer", disable=None if progress else True):
-        d = decide(a, budget - a.live_bytes - reserve, target)
+        limit = budget - a.live_bytes - reserve
+        measured = measure is not None and not isinstance(a.model, FixedModel)  # a fixed layer has one choice
+        d = decide(a, limit, target, measure) if measured else None
+        d = d or decide(a, limit, target)
         assert d is not None, "every layer fits once the budget covers its smallest working set"
         if stream is not None:
-            d = decide_streamed(a, d, target, stream, share)
+            d = decide_streamed(a, d, target, stream, share, measure)
         if not isinstance(a.model, FixedModel):
             decisions[a.layer.name] = d
     sliced_param, sliced_bin, done = apply(param, modelbin, decisions, shapes)

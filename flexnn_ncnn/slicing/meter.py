@@ -1,0 +1,91 @@
+"""Measured per-layer memory: a layer's slice, kernel and tiles run through NCNN on this machine.
+
+analysis.py estimates a layer's weights and intermediates from NCNN's kernels, and an estimate drifts
+from what NCNN allocates (layout conversions, a kernel's own scratch, the choice NCNN makes itself).
+The slicer's choice rests on this instead (policy.decide): the configuration becomes a one-layer
+model — an Input of the layer's input shape, then the layer with its slice's rows and param ids 26/27
+— with seeded weights, prepared by the native runtime with the recording allocator and the options the
+model will run with (pre-transformed weights included). Its weights are the bytes the layer's load
+holds, its intermediates every buffer its forward requests beside its input and output (all live in
+the step, as the planner places them); a weights-sliced layer's Concat output is added as analysis.py
+counts it. Answers are kept by measured.py under the build, so each configuration is measured once.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from .. import measured, native
+from ..analysis import Cost, FixedModel, LayerAnalysis
+from ..cli import UserError
+from ..ncnn_model import BlobShape, Layer, NcnnParam
+from ..ncnn_model.param import ParamDict
+from ..ncnn_model.random_weights import random_modelbin
+from ..prepare import RuntimeOptions
+from .rewrite import sub_layer_params, with_kernel
+
+log = logging.getLogger(__name__)
+
+STEP = 1  # the measured layer's step in its one-layer model (step 0 feeds the input)
+WEIGHT, INTERMEDIATE = 0, 2  # planning.ROLES' indices
+
+
+def _input_layer(shape: BlobShape) -> Layer:
+    p = ParamDict()
+    p.set(0, shape.w)
+    if shape.dims >= 2:
+        p.set(1, shape.h)
+    if shape.dims == 4:
+        p.set(11, shape.d)
+    if shape.dims >= 3:
+        p.set(2, shape.c)
+    return Layer("Input", "in", [], ["in"], p)
+
+
+class LayerMeter:
+    """Measures (kernel, width, tiles) of the layers of one model whose blob shapes are `shapes`."""
+
+    def __init__(self, shapes: dict[str, BlobShape], options: RuntimeOptions):
+        self.shapes = shapes
+        self.options = options
+        self.measurements = 0  # configurations run here (not recalled)
+
+    def cost(self, a: LayerAnalysis, kernel: str, width: int, tiles: int) -> Cost:
+        m = a.model
+        assert not isinstance(m, FixedModel), "only the slicer's layers are measured"
+        layer = a.layer
+        params = sub_layer_params(layer, width, m.rows) if width < m.rows else layer.params.copy()
+        probe = with_kernel(Layer(layer.type, "measured", ["in"], ["out"], params), kernel, tiles)
+        shape = self.shapes[layer.bottoms[0]]
+        module = native.load()
+        key = {"build": measured.build_key(module.__file__), "layer": probe.format(), "input": list(shape.numpy()),
+               "options": asdict(self.options)}
+        weights, intermediates = measured.recalled("layer_cost", key, lambda: self._measure(module, probe, shape))
+        concat = m.out_bytes if width < m.rows else 0
+        return Cost(weights, intermediates + concat)
+
+    def _measure(self, module, probe: Layer, shape: BlobShape) -> list[int]:
+        self.measurements += 1
+        param = NcnnParam([_input_layer(shape), probe])
+        with tempfile.TemporaryDirectory(prefix="flexnn-meter-") as scratch:
+            param_path, bin_path = Path(scratch) / "layer.param", Path(scratch) / "layer.bin"
+            param_path.write_text(param.format())
+            with open(bin_path, "wb") as f:
+                random_modelbin(param, 0).write(f)
+            o = self.options
+            try:
+                prepared = module.prepare(str(param_path), str(bin_path), {"in": np.zeros(shape.numpy(), np.float32)}, ["out"],
+                                          threads=o.threads, packing=o.packing, winograd=o.winograd, sgemm=o.sgemm, fp16=o.fp16,
+                                          transformed=str(Path(scratch) / "layer.transformed") if o.pretransform else "")
+            except RuntimeError as e:
+                raise UserError(f"measuring {probe.type} {probe.format()!r} on input {shape.numpy()}: {e}") from None
+        tensors, _ = prepared["profile"]
+        weights = sum(size for step, role, _, size, _, _ in tensors if step == STEP and role == WEIGHT)
+        intermediates = sum(size for step, role, _, size, _, _ in tensors if step == STEP and role == INTERMEDIATE)
+        log.debug("measured %s on %s: weights %d B, intermediates %d B", probe.format(), shape.numpy(), weights, intermediates)
+        return [weights, intermediates]

@@ -1,0 +1,86 @@
+"""Measured per-layer memory (flexnn_ncnn/slicing/meter.py): a layer's slice, kernel and tiles run through
+NCNN as a one-layer model; the numbers the slicer decides by, measured once per build and configuration,
+and a choice whose measurement exceeds its limit is not taken."""
+
+from __future__ import annotations
+
+import pytest
+
+from flexnn_ncnn.analysis import Cost, analyze
+from flexnn_ncnn.ncnn_model import BlobShape, Graph, NcnnParam, infer_shapes
+from flexnn_ncnn.prepare import RuntimeOptions
+from flexnn_ncnn.slicing import Target
+from flexnn_ncnn.slicing.meter import LayerMeter
+from flexnn_ncnn.slicing.policy import decide
+
+HOST16 = Target("host", 16)
+
+# a padded 3x3 conv at 56x56 (Winograd, im2col tiled or not), a 1x1 conv, and an InnerProduct
+NET = """7767517
+5 5
+Input            in     0 1 data 0=56 1=56 2=32
+Convolution      c3     1 1 data a 0=64 1=3 4=1 5=1 6=18432
+Convolution      c1     1 1 a b 0=16 1=1 5=0 6=1024
+Flatten          f      1 1 b flat
+InnerProduct     fc     1 1 flat out 0=10 1=1 2=501760
+"""
+
+
+@pytest.fixture(scope="module")
+def analyses():
+    param = NcnnParam.parse(NET)
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {"data": BlobShape(3, 56, 56, 1, 32)})
+    return {a.layer.name: a for a in analyze(graph, shapes)}, shapes
+
+
+def test_a_measured_layer_holds_what_its_kernel_needs(analyses) -> None:
+    by_name, shapes = analyses
+    meter = LayerMeter(shapes, RuntimeOptions(threads=1))
+    c3 = by_name["c3"]
+    raw = 64 * 32 * 9 * 4
+    winograd = meter.cost(c3, "winograd63", 64, 1)
+    whole, tiled = meter.cost(c3, "im2col_gemm", 64, 1), meter.cost(c3, "im2col_gemm", 64, 8)
+    # Winograd's transformed weights are larger than the raw ones; im2col+GEMM's packed ones are raw-sized
+    assert winograd.weights > 2 * raw and raw <= whole.weights < 1.1 * raw + 4096
+    # the im2col matrix (K = 288 rows of 3136 pixels) whole, then one tile of it, with no bordered input copy
+    assert whole.intermediates >= 288 * 3136 * 4 > tiled.intermediates
+    assert tiled.intermediates < 288 * 3136 * 4 // 4
+    # half the rows: half the weights, plus the Concat's output a weights-sliced layer writes into
+    half = meter.cost(c3, "im2col_gemm", 32, 1)
+    assert half.weights < 0.6 * whole.weights and half.intermediates >= 64 * 56 * 56 * 4
+    # NCNN keeps an InnerProduct's weights in fp16 where the CPU converts them (x86 F16C, ARM), which the
+    # estimate (fp32, stored and packed) does not know: 4x what it holds
+    fc = meter.cost(by_name["fc"], "gemm", 10, 1)
+    assert 10 * 50176 * 2 <= fc.weights <= 10 * 50176 * 8
+    assert meter.measurements == 5
+
+
+def test_a_configuration_is_measured_once_per_build_and_options(analyses) -> None:
+    by_name, shapes = analyses
+    first = LayerMeter(shapes, RuntimeOptions(threads=1))
+    cost = first.cost(by_name["c1"], "im2col_gemm", 16, 1)
+    again = LayerMeter(shapes, RuntimeOptions(threads=1))  # another slicer run: recalled, not run again
+    assert again.cost(by_name["c1"], "im2col_gemm", 16, 1) == cost and again.measurements == 0
+    other = LayerMeter(shapes, RuntimeOptions(threads=1, packing=False))
+    other.cost(by_name["c1"], "im2col_gemm", 16, 1)
+    assert other.measurements == 1
+
+
+def test_a_choice_whose_measurement_exceeds_its_limit_is_not_taken(analyses) -> None:
+    """The estimate lets Winograd through; the measurement (here, Winograd measured three times larger
+    than estimated, as a kernel's hidden buffers would make it) does not, so the next option is chosen
+    and its measured cost is what the decision records."""
+    by_name, shapes = analyses
+    meter = LayerMeter(shapes, RuntimeOptions(threads=1))
+    c3 = by_name["c3"]
+    limit = c3.model.cost("winograd63", 64).total + 1
+
+    def measure(a, kernel, width, tiles) -> Cost:
+        cost = meter.cost(a, kernel, width, tiles)
+        return Cost(3 * cost.weights, cost.intermediates) if kernel.startswith("winograd") else cost
+
+    assert decide(c3, limit, HOST16).kernel == "winograd63"
+    d = decide(c3, limit, HOST16, measure)
+    assert not d.kernel.startswith("winograd") or d.slices > 1
+    assert d.after == measure(c3, d.kernel, d.slice_width, d.tiles) and d.after.total <= limit
