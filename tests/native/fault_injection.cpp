@@ -13,6 +13,7 @@
 //
 //   fault_injection MODEL.param MODEL.bin INPUT.npy INPUT_BLOB OUTPUT_BLOB THREADS BUDGET DELAYED_RUNS
 //                   [transformed=FILE] [out=FILE.npy (the reference output)]
+#include "program_util.h"
 #include "planner/planner.h"
 #include "runtime/executor.h"
 #include "runtime/npy.h"
@@ -23,25 +24,8 @@
 #include <cstring>
 #include <string>
 
-namespace {
-
-int fail(const std::string& message)
-{
-    fprintf(stderr, "error: %s\n", message.c_str());
-    return 1;
-}
-
-bool same(const ncnn::Mat& a, const ncnn::Mat& b)
-{
-    if (a.w != b.w || a.h != b.h || a.d != b.d || a.c != b.c || a.elemsize != b.elemsize)
-        return false;
-    for (int q = 0; q < a.c; q++)
-        if (memcmp(a.channel(q), b.channel(q), (size_t)a.w * a.h * a.d * a.elemsize) != 0)
-            return false;
-    return true;
-}
-
-} // namespace
+using flexnn_test::fail;
+using flexnn_test::same;
 
 int main(int argc, char** argv)
 {

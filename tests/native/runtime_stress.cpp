@@ -8,6 +8,7 @@
 //                  [direct_io=1] [loader=middle] [static_arena=0] [transformed=FILE (pre-transformed weights written there)]
 //                  [canaries=1] [observe=1 (a second thread reads the plan and the arena's size throughout, as
 //                  Session.stats() does)] [out=FILE.npy (the first output, for a comparison with stock NCNN)]
+#include "program_util.h"
 #include "planner/planner.h"
 #include "runtime/executor.h"
 #include "runtime/npy.h"
@@ -26,21 +27,8 @@
 
 namespace {
 
-int fail(const std::string& message)
-{
-    fprintf(stderr, "error: %s\n", message.c_str());
-    return 1;
-}
-
-bool same(const ncnn::Mat& a, const ncnn::Mat& b)
-{
-    if (a.w != b.w || a.h != b.h || a.d != b.d || a.c != b.c || a.elemsize != b.elemsize)
-        return false;
-    for (int q = 0; q < a.c; q++)
-        if (memcmp(a.channel(q), b.channel(q), (size_t)a.w * a.h * a.d * a.elemsize) != 0)
-            return false;
-    return true;
-}
+using flexnn_test::fail;
+using flexnn_test::same;
 
 // Reads what Session.stats() and a budget switch's caller read, from its own thread, until stopped;
 // every plan it sees must be whole: one placement per tensor, each inside the plan's arena.
