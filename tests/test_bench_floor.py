@@ -33,8 +33,9 @@ def test_a_profile_without_activations_has_no_floor() -> None:
 
 
 def _summary(config: str, family: str, budget: int | None, ok: bool = True, counted: int | None = None,
-             floor: int | None = None) -> Summary:
-    return Summary(config, family, budget, ok, runs=1, counted_bytes=counted, activation_floor_bytes=floor)
+             floor: int | None = None, peak: int | None = None) -> Summary:
+    return Summary(config, family, budget, ok, runs=1, counted_bytes=counted, activation_floor_bytes=floor,
+                   peak_over_idle_bytes=peak)
 
 
 def test_the_model_floor_is_the_unsliced_run_s_and_the_budget_the_smallest_held() -> None:
@@ -42,7 +43,9 @@ def test_the_model_floor_is_the_unsliced_run_s_and_the_budget_the_smallest_held(
         _summary("ncnn-default", "ncnn-default", None),
         _summary("flexnn@1MB", "flexnn", 10**6, ok=False, floor=900_000),        # wrong output: not held
         _summary("flexnn@2MB", "flexnn", 2 * 10**6, counted=2_100_000, floor=900_000),  # over its budget: not held
-        _summary("flexnn@3MB", "flexnn", 3 * 10**6, counted=2_900_000, floor=800_000),
+        # counted within it, but the process's peak RSS over idle was not: not held
+        _summary("flexnn@2.5MB", "flexnn", 2_500_000, counted=2_000_000, floor=900_000, peak=2_600_000),
+        _summary("flexnn@3MB", "flexnn", 3 * 10**6, counted=2_900_000, floor=800_000, peak=2_950_000),
         _summary("flexnn@4MB", "flexnn", 4 * 10**6, counted=3_000_000, floor=700_000),
         _summary("flexnn-no-preload@2.5MB", "flexnn-no-preload", 2_500_000, counted=2_000_000),  # not FlexNN itself
         _summary("on-demand", "on-demand", None, counted=5 * 10**6, floor=600_000),

@@ -116,10 +116,11 @@ class FloorSummary:
 
 def floor_summary(summaries: list[Summary]) -> FloorSummary:
     """The floor reported by the configurations that ran the model unsliced, and the smallest budget measured
-    to hold: a `flexnn` configuration whose runs all passed and whose counted memory (if reported) fit it."""
+    to hold: a `flexnn` configuration whose runs all passed and whose counted memory and peak RSS over
+    idle (each where reported) fit it."""
     floors = [s.activation_floor_bytes for s in summaries if s.family in UNSLICED and s.activation_floor_bytes is not None]
     held = [s for s in summaries if s.family == "flexnn" and s.ok and s.budget is not None
-            and (s.counted_bytes is None or s.counted_bytes <= s.budget)]
+            and all(b is None or b <= s.budget for b in (s.counted_bytes, s.peak_over_idle_bytes))]
     smallest = min(held, key=lambda s: s.budget or 0, default=None)
     return FloorSummary(max(floors) if floors else None, smallest.budget if smallest else None,
                         smallest.config if smallest else None)
