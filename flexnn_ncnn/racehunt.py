@@ -217,7 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     program = _stress_program(args.build_root) if args.inferences else None
     shares = dict(MODELS)
     weights = [shares.get(m, max(shares.values())) for m in args.models]
-    counts = [(max(1, round(n * w / sum(weights))) if n else 0 for n in (args.inferences, args.python_inferences)) for w in weights]
+    counts = [tuple(max(1, round(n * w / sum(weights))) if n else 0 for n in (args.inferences, args.python_inferences))
+              for w in weights]
     results: list[Result] = []
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="flexnn-racehunt-") as scratch:

@@ -21,6 +21,8 @@ def test_a_short_race_hunt_finds_nothing_and_reads_beside_every_run(tmp_path: Pa
     report = json.loads(report_path.read_text())
     assert report["findings"] == 0 and report["inferences"] == 180
     by_part = {(r["model"], r["part"]): r for r in report["results"]}
+    # shared by the models' shares (racehunt.MODELS: 0.37 and 0.2)
+    assert [by_part["struct:resnet", p]["inferences"] for p in ("tsan", "python")] == [78, 39]
     assert set(by_part) == {(m, p) for m in ("struct:resnet", "struct:yolov3_tiny") for p in ("tsan", "python")}
     for r in by_part.values():
         assert r["observations"] > 0, r  # the second thread really ran beside the inferences
