@@ -99,10 +99,13 @@ def test_runs_every_configuration_in_a_child_and_reports_ratios(tiny_model, fake
     assert len(rows) == 4 and rows[0].startswith("config,family,budget")
     md = (tmp_path / "RESULTS.md").read_text()
     assert "| flexnn@2MB | yes |" in md and "Machine:" in md and "| flexnn@2MB | - | - | 4 | - |" in md
-    # the fake reports no activation floor: the smallest budget held is known, the floor is not
-    assert data["activation_floor"] == {"activation_floor_bytes": None, "min_budget": 10**6, "min_budget_config": "flexnn@1MB",
+    # the fake reports no activation floor: the smallest budget held (counted and peak RSS over idle
+    # within it; the fake's peak is its real process's) is known, the floor is not
+    held = [(b, n) for b, n in ((10**6, "flexnn@1MB"), (2 * 10**6, "flexnn@2MB")) if by_name[n]["peak_over_idle_bytes"] <= b]
+    budget, config = held[0] if held else (None, None)
+    assert data["activation_floor"] == {"activation_floor_bytes": None, "min_budget": budget, "min_budget_config": config,
                                         "min_budget_over_floor": None}
-    assert "| squeezenet | - | 1.0 | - |" in md
+    assert f"| squeezenet | - | {'-' if budget is None else f'{budget / 1e6:.1f}'} | - |" in md
 
 
 def test_wrong_output_and_crashing_child_fail_the_run(tiny_model, fake_runtime, tmp_path):
