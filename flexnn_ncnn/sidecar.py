@@ -221,9 +221,10 @@ class Sidecar:
                             "(inputs, one per computed layer, outputs)")
         copies = {t.ordinal: t.size for t in self.profile.tensors if t.layer == 0 and t.role == "activation"}
         for k, (name, shape) in enumerate(self.inputs.items()):
-            # the input's copy into the arena: its floats, each channel rounded up to 16 B, and NCNN's refcount
+            # the input's copy into the arena: its floats, each channel (the last of w, h, (d,) c) rounded
+            # up to 16 B, and NCNN's refcount
             floats = 4 * math.prod(shape)
-            channels = shape[2] if len(shape) == 3 else 1
+            channels = shape[-1] if len(shape) >= 3 else 1
             if not floats <= copies.get(k, 0) <= floats + 16 * channels + 8:
                 raise UserError(f"inputs.{name} {shape} takes {floats} B of floats, the profile's copy of input {k} "
                                 f"{copies.get(k, 0)} B: they belong to different models")

@@ -119,6 +119,13 @@ def test_a_version_4_sidecar_is_refused_in_one_line_naming_what_it_lacks(saved: 
             "features)") in message
 
 
+@pytest.mark.parametrize("shape", [[16, 8, 4], [5, 5, 5, 4]])
+def test_an_input_matching_its_copy_in_the_profile_is_accepted(shape: list[int]) -> None:
+    """chain_profile()'s input copy is 2048 B: 16x8 floats in each of 4 channels, or a 4-D input of 5x5x5
+    floats (500 B) per channel, each channel padded to 512 B as NCNN aligns it."""
+    dataclasses.replace(chain_sidecar(), inputs={"data": shape}).validate()
+
+
 def test_reserved_bytes_are_outside_bytes_and_the_uncounted_rss() -> None:
     sc = dataclasses.replace(chain_sidecar(), outside_bytes=4096, uncounted_rss_bytes=3_000_000)
     assert sc.reserved_bytes == 3_004_096
