@@ -5,8 +5,8 @@ readers, a one-line `RuntimeError` from the native runtime. A traceback of any o
 multi-line message, a crash of the process (segfault, abort, sanitizer) or a hang is a finding, saved
 with the input that caused it.
 
-The model is one of the project's structures (struct:resnet) with seeded weights, sliced and
-prepared here once. Cases are mutations of its files drawn from the seed: byte flips, truncations,
+The model is one of the project's structures (struct:resnet) with seeded weights, prepared here
+once. Cases are mutations of its files drawn from the seed: byte flips, truncations,
 insertions, deleted or duplicated lines, numbers replaced by boundary values, JSON values replaced by
 other types, index counts and offsets of the transformed file set to huge values. They run in a
 worker process that reads one case at a time; a worker that dies is replaced, and the case it was
@@ -43,7 +43,6 @@ BOUNDARY_NUMBERS = ("-1", "0", "1", "-2147483648", "2147483647", "2147483648", "
                     "18446744073709551616", "1e308", "-0", "nan", "inf", "0x10", "1.5", "")
 MAX_ERROR_CHARS = 300  # of a finding's message in the report (a mutated name can be kilobytes)
 MODEL = "struct:resnet"
-STEM = "model"
 
 
 @dataclass
@@ -60,21 +59,16 @@ class Tally:
 
 def make_model(folder: Path) -> dict[str, Path]:
     """The structure's .param/.bin, its prepared plan sidecar and pre-transformed weights in `folder`."""
-    from .ncnn_model import read_param
-    from .ncnn_model.random_weights import random_modelbin
-    from .ncnn_model.structures import STRUCTURES
+    from .models import generate, read_description
     from .prepare import RuntimeOptions, prepare_model, write_plan_file
 
-    structure = STRUCTURES[MODEL.removeprefix("struct:")]
-    param, bin_ = folder / f"{STEM}.param", folder / f"{STEM}.bin"
-    param.write_text(structure.build().format())
-    with open(bin_, "wb") as f:
-        random_modelbin(read_param(param), 0).write(f)
-    content = prepare_model(param, bin_, 1 << 30, {"data": tuple(structure.input_shape[1:])}, RuntimeOptions(threads=1))
-    plan = folder / f"{STEM}.flexnn.plan.json"
+    d = read_description(generate(MODEL, folder))
+    shapes = {i["name"]: tuple(i["shape"]) for i in d["inputs"]}
+    content = prepare_model(d["param"], d["bin"], 1 << 30, shapes, RuntimeOptions(threads=1))
+    plan = folder / f"{d['param'].stem}.flexnn.plan.json"
     write_plan_file(content, plan)
     # prepare's sidecar names its files by absolute paths until written
-    return {"param": param, "bin": bin_, "sidecar": plan, "transformed": Path(content.model.transformed)}
+    return {"param": d["param"], "bin": d["bin"], "sidecar": plan, "transformed": Path(content.model.transformed)}
 
 
 # --- mutations ----------------------------------------------------------------------------------

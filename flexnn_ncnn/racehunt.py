@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 from . import build, models, planning, sidecar
 from .bench.harness import relative_error
+from .bench.measure import model_inputs
 from .cli import UserError, add_logging_args, run_main, setup_logging
 from .files import atomic_write
 from .ncnn_model.stock import run_stock
@@ -78,16 +79,11 @@ def _stress_program(build_root: Path) -> Path:
     return program
 
 
-def _seeded_input(shape: Sequence[int], seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
-
-
 def hunt_tsan(description: dict[str, Any], inferences: int, program: Path, folder: Path) -> Result:
     """Part 1 on one model (see the module's docstring)."""
     result = Result(description["name"], "tsan")
-    blob_in, shape = description["inputs"][0]["name"], description["inputs"][0]["shape"]
+    (blob_in, x), = model_inputs(description, 0).items()  # the stress program feeds one input
     blob_out = description["outputs"][0]
-    x = _seeded_input(shape, 0)
     np.save(folder / "in.npy", x)
     args = [str(program), str(description["param"]), str(description["bin"]), str(folder / "in.npy"), blob_in, blob_out,
             str(THREADS), str(inferences), str(SWITCH_EVERY), "min", "min*2", str(GENEROUS),
@@ -155,9 +151,8 @@ class _StatsReader:
 def hunt_python(description: dict[str, Any], inferences: int, folder: Path) -> Result:
     """Part 2 on one model (see the module's docstring)."""
     result = Result(description["name"], "python")
-    inputs_of = {i["name"]: i["shape"] for i in description["inputs"]}
-    content = prepare_model(description["param"], description["bin"], GENEROUS,
-                            {name: tuple(shape) for name, shape in inputs_of.items()}, RuntimeOptions(threads=THREADS))
+    shapes = {i["name"]: tuple(i["shape"]) for i in description["inputs"]}
+    content = prepare_model(description["param"], description["bin"], GENEROUS, shapes, RuntimeOptions(threads=THREADS))
     plan = folder / f"model{sidecar.SUFFIX}"
     write_plan_file(content, plan)
     session = Session(plan)
@@ -167,7 +162,7 @@ def hunt_python(description: dict[str, Any], inferences: int, folder: Path) -> R
     except planning.InfeasibleBudget as e:
         smallest = e.min_feasible_budget
     budgets = (smallest, 2 * smallest, GENEROUS)
-    feeds = [{name: _seeded_input(shape, 100 + k) for name, shape in inputs_of.items()} for k in range(PYTHON_INPUTS)]
+    feeds = [model_inputs(description, 100 + k) for k in range(PYTHON_INPUTS)]
     refs = [run_stock(description["param"], description["bin"], feed, description["outputs"], fp32=False) for feed in feeds]
     start = time.perf_counter()
     reader = _StatsReader(session)

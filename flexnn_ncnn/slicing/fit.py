@@ -2,11 +2,11 @@
 
 The slicer's per-layer choices are measured here (meter.py: each layer's slice, kernel and tiles run
 through NCNN as a one-layer model); the profile that prepare records is what the whole model does
-allocate (transformed weights, layout conversions, live activations), and prepare measures what the budget must leave beside the arena (allocations outside
-it, the resident memory the runtime does not count). When the plan for the budget is infeasible,
-every layer's limit is lowered by the shortfall (the slicer's `reserve`) and the model is sliced
-again, until the plan fits, the slicer cannot cut further, or the shortfall stops shrinking. The
-first attempt's limits count the whole budget: when the shortfall stops shrinking while the reserve
+allocate (transformed weights, layout conversions, live activations), and prepare measures what the
+budget must leave beside the arena (allocations outside it, the resident memory the runtime does not
+count). When the plan for the budget is infeasible, every layer's limit is lowered by the shortfall
+(the slicer's `reserve`) and the model is sliced again, until the plan fits, the slicer cannot cut
+further, or the shortfall stops shrinking. The first attempt's limits count the whole budget: when the shortfall stops shrinking while the reserve
 is below what the budget leaves beside the arena (the limits did not bind), the reserve is raised to
 that and the model sliced once more. No hand-set caps: every limit derives from the budget.
 

@@ -89,7 +89,7 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
         d = d or decide(a, limit, target)
         assert d is not None, "every layer fits once the budget covers its smallest working set"
         if stream is not None:
-            d = decide_streamed(a, d, target, stream, share, measure)
+            d = decide_streamed(a, d, target, stream, share, measure if measured else None)
         if not isinstance(a.model, FixedModel):
             decisions[a.layer.name] = d
     sliced_param, sliced_bin, done = apply(param, modelbin, decisions, shapes)
