@@ -65,10 +65,12 @@ class TensorUse:
     size: int  # bytes
     first_use: int  # == layer
     last_use: int
+    # weights only: a record of the transformed-weights file, which a mapped plan maps in place
+    transformed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"layer": self.layer, "role": self.role, "ordinal": self.ordinal, "size": self.size,
-                "first_use": self.first_use, "last_use": self.last_use}
+                "first_use": self.first_use, "last_use": self.last_use, **({"transformed": True} if self.transformed else {})}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any], where: str) -> "TensorUse":
@@ -76,7 +78,8 @@ class TensorUse:
         if role not in ROLES:
             raise UserError(f"{where}.role is {role!r}, not one of {', '.join(ROLES)}")
         return TensorUse(_field(d, "layer", int, where), role, _field(d, "ordinal", int, where), _field(d, "size", int, where, 1),
-                         _field(d, "first_use", int, where), _field(d, "last_use", int, where))
+                         _field(d, "first_use", int, where), _field(d, "last_use", int, where),
+                         _field(d, "transformed", bool, where) if "transformed" in d else False)
 
 
 @dataclass(frozen=True)
@@ -100,9 +103,9 @@ class Profile:
     layers: tuple[LayerCost, ...]
 
     @functools.cached_property
-    def columns(self) -> tuple[list[tuple[int, int, int, int, int, int]], list[tuple[float, float]]]:
+    def columns(self) -> tuple[list[tuple[int, int, int, int, int, int, bool]], list[tuple[float, float]]]:
         """The form `_planner` takes (computed once: re-planning one profile skips it)."""
-        tensors = [(t.layer, ROLES.index(t.role), t.ordinal, t.size, t.first_use, t.last_use) for t in self.tensors]
+        tensors = [(t.layer, ROLES.index(t.role), t.ordinal, t.size, t.first_use, t.last_use, t.transformed) for t in self.tensors]
         return tensors, [(c.load_us, c.compute_us) for c in self.layers]
 
     def validate(self) -> None:
@@ -142,6 +145,13 @@ class Plan:
     lower_bound: int  # max live bytes without preloading: no layout fits in less
     tensors: tuple[Placement, ...]
     dependencies: tuple[tuple[int, int], ...]  # (comp, load), sorted by load
+    # where the mapped window begins (planner/mapped_window.h): the runtime allocates the arena below
+    # it and maps the transformed weights of the layers above it; == arena_bytes: nothing is mapped
+    mapped_from: int
+
+    @property
+    def mapped(self) -> bool:
+        return self.mapped_from < self.arena_bytes
 
     @property
     def ratio(self) -> float:
@@ -155,7 +165,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "algorithm": self.algorithm, "budget": self.budget, "alignment": self.alignment,
-            "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound,
+            "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound, "mapped_from": self.mapped_from,
             "tensors": [{"offset": p.offset, "load_after": p.load_after} for p in self.tensors],
             "pinned_weights": self.pinned_weights,
             "dependencies": [list(d) for d in self.dependencies],
@@ -180,14 +190,16 @@ class Plan:
             if not (isinstance(dep, list) and len(dep) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in dep)):
                 raise UserError(f"{where}.dependencies[{i}] must be a [comp, load] pair of layer indices")
             dependencies.append((dep[0], dep[1]))
+        arena_bytes = _field(d, "arena_bytes", int, where, 0)
+        mapped_from = _field(d, "mapped_from", int, where, 0) if "mapped_from" in d else arena_bytes
         return Plan(algorithm, _field(d, "budget", int, where, 0), _field(d, "alignment", int, where, 1),
-                    _field(d, "arena_bytes", int, where, 0), _field(d, "lower_bound", int, where, 0), tensors, tuple(dependencies))
+                    arena_bytes, _field(d, "lower_bound", int, where, 0), tensors, tuple(dependencies), mapped_from)
 
     def columns(self) -> dict[str, Any]:
         """The form `_planner` takes."""
         return {
             "algorithm": self.algorithm, "budget": self.budget, "alignment": self.alignment,
-            "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound,
+            "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound, "mapped_from": self.mapped_from,
             "offsets": [p.offset for p in self.tensors], "load_after": [p.load_after for p in self.tensors],
             "pinned": [p.pinned for p in self.tensors], "dependencies": list(self.dependencies),
         }
@@ -196,7 +208,7 @@ class Plan:
     def from_columns(c: Mapping[str, Any]) -> "Plan":
         tensors = tuple(Placement(o, l, p) for o, l, p in zip(c["offsets"], c["load_after"], c["pinned"]))
         return Plan(c["algorithm"], c["budget"], c["alignment"], c["arena_bytes"], c["lower_bound"], tensors,
-                    tuple(tuple(d) for d in c["dependencies"]))
+                    tuple(tuple(d) for d in c["dependencies"]), c["mapped_from"])
 
 
 class InfeasibleBudget(UserError):
@@ -224,10 +236,12 @@ def _check_algorithm(algorithm: str) -> None:
         raise UserError(f"unknown planning algorithm {algorithm!r}: use {' or '.join(ALGORITHMS)}")
 
 
-def make_plan(profile: Profile, budget: int, algorithm: str = "flexnn", alignment: int = DEFAULT_ALIGNMENT) -> Plan:
-    """Plan `profile` into one arena of at most `budget` bytes; deterministic. Raises InfeasibleBudget."""
+def make_plan(profile: Profile, budget: int, algorithm: str = "flexnn", alignment: int = DEFAULT_ALIGNMENT,
+              mapped: bool = False) -> Plan:
+    """Plan `profile` into one arena of at most `budget` bytes; deterministic. Raises InfeasibleBudget.
+    mapped: the runtime maps transformed weights, planned in a window of whole pages (Plan.mapped_from)."""
     _check_algorithm(algorithm)
-    out = _planner_call("make_plan", *profile.columns, budget, algorithm, alignment)
+    out = _planner_call("make_plan", *profile.columns, budget, algorithm, alignment, mapped)
     if "plan" in out:
         return Plan.from_columns(out["plan"])
     if not out["infeasible"]:
@@ -243,10 +257,11 @@ def check_plan(profile: Profile, plan: Plan) -> None:
         raise InvalidPlan(message)
 
 
-def min_feasible_budget(profile: Profile, algorithm: str = "flexnn", alignment: int = DEFAULT_ALIGNMENT) -> int:
+def min_feasible_budget(profile: Profile, algorithm: str = "flexnn", alignment: int = DEFAULT_ALIGNMENT,
+                        mapped: bool = False) -> int:
     """The smallest budget `make_plan` accepts (bisection; one byte less is infeasible); 0 if none found."""
     _check_algorithm(algorithm)
-    return int(_planner_call("min_feasible_budget", *profile.columns, algorithm, alignment))
+    return int(_planner_call("min_feasible_budget", *profile.columns, algorithm, alignment, mapped))
 
 
 def lower_bound(profile: Profile, alignment: int = DEFAULT_ALIGNMENT) -> int:
@@ -268,24 +283,30 @@ def pinned_bytes(profile: Profile, plan: Plan) -> int:
     return sum(profile.tensors[i].size for i in plan.pinned_weights)
 
 
-def plan_for_budget(profile: Profile, budget: int, algorithm: str = "flexnn", reserved: int = 0) -> Plan:
+def has_window(profile: Profile) -> bool:
+    """Whether a mapped plan of `profile` has a mapped window: some weight is a transformed record."""
+    return any(t.transformed for t in profile.tensors)
+
+
+def plan_for_budget(profile: Profile, budget: int, algorithm: str = "flexnn", reserved: int = 0, mapped: bool = False) -> Plan:
     """The plan the runtime runs within `budget` bytes: its arena plus ARENA_MARGIN plus `reserved`
     (what the runtime holds outside the arena for its whole life, e.g. the O_DIRECT window) fit, and
     its `budget` is `budget`. Raises InfeasibleBudget naming the smallest such budget."""
     beside = ARENA_MARGIN + reserved
     if budget <= beside:
-        smallest = min_feasible_budget(profile, algorithm)
+        smallest = min_feasible_budget(profile, algorithm, mapped=mapped)
         raise InfeasibleBudget(budget, smallest + beside if smallest else 0,
                                f"it leaves no arena beside the {ARENA_MARGIN} B margin"
                                + (f" and {format_size(reserved)} held outside it" if reserved else ""), beside_arena=beside)
     try:
-        plan = make_plan(profile, budget - beside, algorithm)
+        plan = make_plan(profile, budget - beside, algorithm, mapped=mapped)
     except InfeasibleBudget as e:
         raise InfeasibleBudget(budget, e.min_feasible_budget + beside if e.min_feasible_budget else 0, e.reason,
                                beside_arena=beside) from None
     return replace(plan, budget=budget)
 
 
-def plans_for(profile: Profile, budgets: Sequence[int], algorithm: str = "flexnn", reserved: int = 0) -> list[Plan]:
+def plans_for(profile: Profile, budgets: Sequence[int], algorithm: str = "flexnn", reserved: int = 0,
+              mapped: bool = False) -> list[Plan]:
     """A plan ladder for the runtime: one plan per budget (plan_for_budget), in the order given."""
-    return [plan_for_budget(profile, b, algorithm, reserved) for b in budgets]
+    return [plan_for_budget(profile, b, algorithm, reserved, mapped) for b in budgets]

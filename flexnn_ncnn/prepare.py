@@ -52,6 +52,9 @@ class RuntimeOptions:
     sgemm: bool = True
     fp16: bool = True  # NCNN's default: fp16 storage/arithmetic where the CPU has it
     pretransform: bool = True  # load layers' transformed weights from the file prepare writes, not from raw ones
+    # map those weights from their file instead of reading them into the arena (zero copy; the plan
+    # holds them in a mapped window: planning.make_plan's `mapped`); needs pretransform
+    map_weights: bool = False
 
 
 def transformed_path(param: Path) -> Path:
@@ -78,12 +81,12 @@ def _slicing_decisions(param: Path) -> dict[str, Any]:
         raise UserError(f"cannot read the slicing decisions {path}: {e}") from None
 
 
-def _plan(profile: planning.Profile, budget: int | None, reserved: int) -> planning.Plan:
+def _plan(profile: planning.Profile, budget: int | None, reserved: int, mapped: bool) -> planning.Plan:
     """The plan for `budget` bytes with `reserved` beside the arena and its margin (None: the smallest
     feasible budget). Raises InfeasibleBudget naming the smallest feasible one."""
     if budget is None:
-        budget = planning.min_feasible_budget(profile) + planning.ARENA_MARGIN + reserved
-    return planning.plan_for_budget(profile, budget, reserved=reserved)
+        budget = planning.min_feasible_budget(profile, mapped=mapped) + planning.ARENA_MARGIN + reserved
+    return planning.plan_for_budget(profile, budget, reserved=reserved, mapped=mapped)
 
 
 # the measured uncounted RSS is rounded up to this: the stored value is one process's, and others vary
@@ -99,7 +102,7 @@ def _uncounted_rss_bytes(content: sidecar.Sidecar) -> int:
     the input shapes. So preparing the same files again, here or in another process, plans with the
     same value: the plan that fitted fits, and the same slice command gives the same answer."""
     key = {"build": measured.build_key(native.load().__file__), "param": content.model.param_sha256,
-           "bin": content.model.bin_digest, "transformed": bool(content.model.transformed),
+           "bin": content.model.bin_digest, "transformed": bool(content.model.transformed), "mapped": content.plan.mapped,
            "target": asdict(content.target), "inputs": content.inputs}
 
     def measure() -> int:
@@ -120,7 +123,9 @@ def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes:
     budget), reserving what prepare saw outside the arena and the uncounted RSS a fresh process
     measures running it: the sidecar (model paths absolute until `write_plan_file` makes them
     relative to where it is written). With options.pretransform, the pre-transformed weights go to
-    `transformed` (default: transformed_path(param))."""
+    `transformed` (default: transformed_path(param)); with options.map_weights, the plans map them."""
+    if options.map_weights and not options.pretransform:
+        raise UserError("mapped weights are the pre-transformed ones: --map-weights needs them (drop --no-pretransform)")
     graph = Graph.build(read_param(param))
     shapes = input_shapes or {name: s.numpy() for name, s in declared_input_shapes(read_param(param), graph).items()}
     missing = [name for name in graph.inputs if name not in shapes]
@@ -156,7 +161,7 @@ def _prepared(module: Any, param: Path, bin_path: Path, graph: Graph, shapes: di
         raise UserError(f"prepare {param}: {e}") from None
     tensors, layers = prepared["profile"]
     profile = planning.Profile(
-        tuple(planning.TensorUse(l, planning.ROLES[r], o, s, f, u) for l, r, o, s, f, u in tensors),
+        tuple(planning.TensorUse(l, planning.ROLES[r], o, s, f, u, t) for l, r, o, s, f, u, t in tensors),
         tuple(planning.LayerCost(load, comp) for load, comp in layers))
     outside = int(prepared["outside_bytes"])
     if outside:
@@ -166,12 +171,12 @@ def _prepared(module: Any, param: Path, bin_path: Path, graph: Graph, shapes: di
     if list(schedule["inputs"]) != list(graph.inputs):
         raise UserError(f"prepare {param}: the runtime feeds inputs {schedule['inputs']}, the graph declares {graph.inputs}")
     try:
-        measuring_plan = _plan(profile, budget, outside)
+        measuring_plan = _plan(profile, budget, outside, options.map_weights)
     except planning.InfeasibleBudget as e:
         if not e.min_feasible_budget:
             raise
         # measured anyway, so that the error names a budget that leaves room for it
-        measuring_plan = _plan(profile, e.min_feasible_budget, outside)
+        measuring_plan = _plan(profile, e.min_feasible_budget, outside, options.map_weights)
     info = module.build_info()
     content = sidecar.Sidecar(
         model=sidecar.Model(str(param.resolve()), sha256_of(param), str(bin_path.resolve()), sampled_digest(bin_path),
@@ -187,7 +192,7 @@ def _prepared(module: Any, param: Path, bin_path: Path, graph: Graph, shapes: di
         outside_bytes=outside,
     )
     content = replace(content, uncounted_rss_bytes=_uncounted_rss_bytes(content))
-    return sidecar.with_plans(content, _plan(profile, budget, content.reserved_bytes))
+    return sidecar.with_plans(content, _plan(profile, budget, content.reserved_bytes, options.map_weights))
 
 
 def write_plan_file(content: sidecar.Sidecar, path: Path) -> None:
@@ -207,6 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="fp32 storage and arithmetic (NCNN's fp16/bf16 off; default: NCNN's, fp16 where the CPU has it)")
     parser.add_argument("--no-pretransform", action="store_true",
                         help="write no pre-transformed weights: every load transforms the layer's raw weights again (slower)")
+    parser.add_argument("--map-weights", action="store_true",
+                        help="map the pre-transformed weights from their file instead of reading them into the arena "
+                             "(zero copy: the loading thread makes each layer's pages resident and drops them after use)")
     parser.add_argument("-o", "--output", type=Path, help="plan sidecar (default: MODEL.flexnn.plan.json beside the .param)")
     add_logging_args(parser)
     args = parser.parse_args(argv)
@@ -226,7 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.threads < 1:
         raise UserError("--threads must be at least 1")
     out = args.output or args.param.with_name(args.param.name.removesuffix(".param").removesuffix(".flexnn") + sidecar.SUFFIX)
-    options = RuntimeOptions(threads=args.threads, fp16=not args.no_fp16, pretransform=not args.no_pretransform)
+    options = RuntimeOptions(threads=args.threads, fp16=not args.no_fp16, pretransform=not args.no_pretransform,
+                             map_weights=args.map_weights)
     content = prepare_model(args.param, bin_path, budget, shapes, options, transformed=transformed_path_for(out))
     write_plan_file(content, out)
     print(f"budget {format_size(content.plan.budget)}: arena {format_size(content.plan.arena_bytes + planning.ARENA_MARGIN)}, plan {out}")

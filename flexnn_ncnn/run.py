@@ -1,7 +1,7 @@
 """Run a prepared model under its plan.
 
     python -m flexnn_ncnn.run PLAN.json --input in.npy [--output out.npz] [--loops N] [--budget 60MB]
-        [--loader any|little|middle|big] [--direct-io] [--json]
+        [--loader any|little|middle|big] [--weights mapped|read] [--direct-io] [--json]
 
 `--json` prints one line of stats: arena bytes, bytes outside the arena, peak RSS over idle, and the
 latency median over the loops (timing figures are for benchmarks, not for pass/fail decisions).
@@ -43,6 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--loops", type=int, default=1, help="inferences to run (default: %(default)s)")
     parser.add_argument("--budget", help="re-plan for this budget instead of the file's plan, e.g. 60MB")
     parser.add_argument("--loader", choices=("any", "little", "middle", "big"), default="any", help="cores of the loading thread")
+    parser.add_argument("--weights", choices=("mapped", "read"), default=None,
+                        help="pre-transformed weights mapped from their file (zero copy) or read into the arena; "
+                             "default: as the plan was made (prepare --map-weights)")
     parser.add_argument("--direct-io", action="store_true",
                         help="read the weights with O_DIRECT (through an aligned window the budget leaves room for)")
     parser.add_argument("--json", action="store_true", help="print one JSON line of stats")
@@ -54,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     budget = parse_size(args.budget) if args.budget else None
 
     from .session import Session
-    session = Session(args.plan, budget=budget, loader=args.loader, direct_io=args.direct_io)
+    session = Session(args.plan, budget=budget, loader=args.loader, direct_io=args.direct_io,
+                      map_weights=None if args.weights is None else args.weights == "mapped")
     inputs = {}
     for i, spec in enumerate(args.input):
         name, _, file = str(spec).rpartition("=")

@@ -38,12 +38,14 @@ class Session:
     (`reserved_bytes`, with the sidecar's reservation), so a stored plan made without that room is
     re-planned. `canaries=True` (debug, slower) checks the plan's lifetimes inside the arena: bytes no
     live tensor holds are poisoned, and a request finding its bytes written since fails the inference
-    (docs/RUNTIME.md).
+    (docs/RUNTIME.md). `map_weights`: the layers' pre-transformed weights are mapped from their file
+    (zero copy) instead of read into the arena, in a mapped window the plan holds; None: as the
+    sidecar's plan was made (`prepare --map-weights`).
     """
 
     def __init__(self, plan_path: str | Path, budget: int | None = None, threads: int | None = None, loader: str = "any",
                  drop_page_cache: bool = False, overlap_loading: bool = True, direct_io: bool = False,
-                 static_arena: bool = True, canaries: bool = False):
+                 static_arena: bool = True, canaries: bool = False, map_weights: bool | None = None):
         path = Path(plan_path)
         # loaded first: loading the runtime fixes malloc's thresholds (csrc/runtime/heap_policy.h), so
         # what reading the sidecar frees is unmapped, whatever this process freed before
@@ -64,6 +66,11 @@ class Session:
         self.sidecar = content
         self.profile = content.profile
         self.input_shapes: dict[str, tuple[int, ...]] = content.input_shapes()
+        self.map_weights = content.plan.mapped if map_weights is None else map_weights
+        if self.map_weights and transformed is None:
+            raise UserError(f"{path}: mapped weights need pre-transformed weights; this sidecar was prepared without them")
+        if self.map_weights and direct_io:
+            raise UserError("mapped weights are not read with O_DIRECT: choose one")
         if not reset_peak_rss():
             log.warning("cannot reset the peak RSS: VmHWM includes what ran before the session")
         self._idle_rss = status_bytes("VmRSS")
@@ -74,7 +81,8 @@ class Session:
                 str(param), str(bin_path), content.executor_schedule(), tensors, layers, threads=target.threads,
                 packing=target.packing, winograd=target.winograd, sgemm=target.sgemm, fp16=target.fp16,
                 loader=loader, drop_page_cache=drop_page_cache, overlap_loading=overlap_loading, direct_io=direct_io,
-                static_arena=static_arena, transformed=str(transformed or ""), outside_bytes=content.outside_bytes, canaries=canaries)
+                static_arena=static_arena, transformed=str(transformed or ""), outside_bytes=content.outside_bytes, canaries=canaries,
+                map_weights=self.map_weights)
         except (RuntimeError, ValueError, TypeError) as e:  # TypeError: a number out of the runtime's range
             raise UserError(f"{path}: {str(e).splitlines()[0]}") from None
         self.inputs: list[str] = list(content.inputs)
@@ -82,6 +90,9 @@ class Session:
         self._load_waits_us: list[float] = []
         self._latencies_us: list[float] = []
         self._loaded_layers: list[int] = []  # per inference: layers the loading thread built
+        # per inference: weight bytes served in the arena, and transformed bytes made resident in the mapped file
+        self._arena_weight_bytes: list[int] = []
+        self._mapped_weight_bytes: list[int] = []
         self._outside_peak = 0
         # what every plan leaves beside the arena and its margin: the executor's own buffers outside the
         # arena (the O_DIRECT window) and the sidecar's reservation (requests from OpenMP workers, and
@@ -103,9 +114,10 @@ class Session:
 
         An infeasible budget raises InfeasibleBudget and leaves the session on its current plan."""
         stored = self.sidecar.plan_for(budget)
-        if stored is None or stored.arena_bytes + planning.ARENA_MARGIN + self.reserved_bytes > budget:
+        if (stored is None or stored.arena_bytes + planning.ARENA_MARGIN + self.reserved_bytes > budget
+                or stored.mapped != (self.map_weights and planning.has_window(self.profile))):
             try:
-                stored = planning.plan_for_budget(self.profile, budget, reserved=self.reserved_bytes)
+                stored = planning.plan_for_budget(self.profile, budget, reserved=self.reserved_bytes, mapped=self.map_weights)
             except planning.InfeasibleBudget as e:
                 # the profile is of the model as sliced: a smaller budget may need it sliced again
                 raise planning.InfeasibleBudget(e.budget, e.min_feasible_budget, e.reason,
@@ -144,6 +156,8 @@ class Session:
         self._load_waits_us.append(stats["load_wait_us"])
         self._latencies_us.append(stats["latency_us"])
         self._loaded_layers.append(stats["loaded_layers"])
+        self._arena_weight_bytes.append(stats["arena_weight_bytes"])
+        self._mapped_weight_bytes.append(stats["mapped_weight_bytes"])
         self._outside_peak = max(self._outside_peak, stats["outside_peak_bytes"])
         return outputs
 
@@ -162,5 +176,7 @@ class Session:
             "load_wait_us": list(self._load_waits_us),
             "latency_us": list(self._latencies_us),
             "loaded_layers": list(self._loaded_layers),
+            "arena_weight_bytes": list(self._arena_weight_bytes),
+            "mapped_weight_bytes": list(self._mapped_weight_bytes),
             "latency_median_us": statistics.median(self._latencies_us) if self._latencies_us else None,
         }

@@ -100,16 +100,16 @@ def test_cross_built_bench_is_static() -> None:
 
 
 def stress(runner: list[str], program: Path, tmp_path: Path, threads: int, inferences: int, writer: Writer = write_residual,
-           *options: str, pretransform: bool = True) -> dict:
-    """runtime_stress on a model (blobs `data` -> `output`): `inferences` pipelined runs cycling three
-    budgets (the tightest first), with `options` (direct_io=1, loader=middle), loading pre-transformed
+           *options: str, pretransform: bool = True, budgets: tuple[str, ...] = ("min", "600000", "100000000")) -> dict:
+    """runtime_stress on a model (blobs `data` -> `output`): `inferences` pipelined runs cycling
+    `budgets` (the tightest first), with `options` (direct_io=1, loader=middle), loading pre-transformed
     weights unless `pretransform` is False; the timeout is the watchdog that turns a hang into a failure."""
     param, bin_, x = writer(tmp_path)
     np.save(tmp_path / "in.npy", x)
     if pretransform:
         options = (*options, f"transformed={tmp_path / 'model.transformed'}")
     proc = subprocess.run([*runner, str(program), str(param), str(bin_), str(tmp_path / "in.npy"), "data", "output", str(threads),
-                           str(inferences), "50", "min", "600000", "100000000", *options], capture_output=True, text=True, timeout=300)
+                           str(inferences), "50", *budgets, *options], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # sanitizers report on stderr
     return json.loads(proc.stdout)

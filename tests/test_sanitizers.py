@@ -45,6 +45,18 @@ def test_heap_buffers_without_the_static_arena_under_a_sanitizer_report_nothing(
     assert report["inferences"] == 200 and report["budgets"] == 3
 
 
+@pytest.mark.parametrize("sanitizer", ["tsan", "asan"])
+@pytest.mark.parametrize("model", ["residual", "convfc"])
+def test_mapped_weights_under_a_sanitizer_report_nothing(sanitizer: str, model: str, tmp_path: Path) -> None:
+    """Mapped weights: the loading thread maps a layer's records and builds it on them while the
+    computing threads run the layers before; its pages are unmapped once it has computed, before the
+    loads that take their window, across budget switches, with canaries on the arena proper."""
+    program = built(f"host-{sanitizer}", "native", "tests_native", "runtime_stress")
+    report = stress([], program, tmp_path, 2, 200, WRITERS[model], "map_weights=1", "canaries=1",
+                    budgets=("min", "min*3", "100000000"))
+    assert report["inferences"] == 200 and report["budgets"] == 3
+
+
 def write_detector(folder: Path):
     param, bin_ = write_model(folder, "yolov3", YOLOV3)
     return param, bin_, seeded_input(0)

@@ -128,5 +128,6 @@ def swapnet_plan(profile: Profile, budget: int, reserved: int = 0) -> Plan:
             placements.append(Placement(activation_start + activations[i], t.first_use - 1, False))
     log.info("swapnet: %d blocks, weight regions %d + %d B, activations %d B%s", len(blocks.layers), *blocks.regions,
              activation_bytes, ", every weight pinned" if pinned else "")
-    return Plan(ALGORITHM, budget, DEFAULT_ALIGNMENT, activation_start + activation_bytes, lower_bound(profile),
-                tuple(placements), tuple(dependencies))
+    arena_bytes = activation_start + activation_bytes
+    return Plan(ALGORITHM, budget, DEFAULT_ALIGNMENT, arena_bytes, lower_bound(profile), tuple(placements), tuple(dependencies),
+                arena_bytes)

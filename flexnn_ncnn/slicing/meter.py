@@ -85,7 +85,7 @@ class LayerMeter:
             except RuntimeError as e:
                 raise UserError(f"measuring {probe.type} {probe.format()!r} on input {shape.numpy()}: {e}") from None
         tensors, _ = prepared["profile"]
-        weights = sum(size for step, role, _, size, _, _ in tensors if step == STEP and role == WEIGHT)
-        intermediates = sum(size for step, role, _, size, _, _ in tensors if step == STEP and role == INTERMEDIATE)
+        weights = sum(size for step, role, _, size, *_ in tensors if step == STEP and role == WEIGHT)
+        intermediates = sum(size for step, role, _, size, *_ in tensors if step == STEP and role == INTERMEDIATE)
         log.debug("measured %s on %s: weights %d B, intermediates %d B", probe.format(), shape.numpy(), weights, intermediates)
         return [weights, intermediates]

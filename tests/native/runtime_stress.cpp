@@ -6,6 +6,7 @@
 //
 //   runtime_stress MODEL.param MODEL.bin INPUT.npy INPUT_BLOB OUTPUT_BLOB THREADS INFERENCES SWITCH_EVERY BUDGET...
 //                  [direct_io=1] [loader=middle] [static_arena=0] [transformed=FILE (pre-transformed weights written there)]
+//                  [map_weights=1 (the transformed weights mapped, planned with a mapped window)]
 //                  [canaries=1] [observe=1 (a second thread reads the plan and the arena's size throughout, as
 //                  Session.stats() does)] [out=FILE.npy (the first output, for a comparison with stock NCNN)]
 #include "program_util.h"
@@ -113,6 +114,8 @@ int main(int argc, char** argv)
             transformed = argv[i] + 12;
         else if (std::strcmp(argv[i], "canaries=1") == 0)
             options.canaries = true;
+        else if (std::strcmp(argv[i], "map_weights=1") == 0)
+            options.map_weights = true;
         else if (std::strcmp(argv[i], "observe=1") == 0)
             observe = true;
         else if (std::strncmp(argv[i], "out=", 4) == 0)
@@ -124,7 +127,8 @@ int main(int argc, char** argv)
     s = flexnn::prepare(param, bin, transformed, inputs, {argv[5]}, options, prepared);
     if (!s.ok())
         return fail(s.message());
-    const flexnn::PlannerOptions planner;
+    flexnn::PlannerOptions planner;
+    planner.map_transformed = options.map_weights;
     std::vector<uint64_t> budgets;
     const uint64_t smallest = flexnn::min_feasible_budget(prepared.profile, planner);
     for (const std::string& b : budget_args)

@@ -21,10 +21,10 @@ using flexnn::plan_dict::TensorTuple;
 
 // {"plan": dict} on success; {"error": str, "infeasible": bool, "min_feasible_budget": int} otherwise.
 py::dict make_plan(const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers, uint64_t budget,
-                   const std::string& algorithm, uint64_t alignment)
+                   const std::string& algorithm, uint64_t alignment, bool map_transformed)
 {
     const flexnn::Profile profile = profile_from_columns(tensors, layers);
-    const flexnn::PlannerOptions options{planner_algorithm_from(algorithm), alignment};
+    const flexnn::PlannerOptions options{planner_algorithm_from(algorithm), alignment, map_transformed};
     flexnn::PlanResult result;
     {
         py::gil_scoped_release unlocked;
@@ -47,7 +47,8 @@ py::dict make_plan(const std::vector<TensorTuple>& tensors, const std::vector<La
 PYBIND11_MODULE(_planner, m)
 {
     m.doc() = "FlexNN preload-aware memory planner and plan checker";
-    m.def("make_plan", &make_plan, py::arg("tensors"), py::arg("layers"), py::arg("budget"), py::arg("algorithm"), py::arg("alignment"));
+    m.def("make_plan", &make_plan, py::arg("tensors"), py::arg("layers"), py::arg("budget"), py::arg("algorithm"), py::arg("alignment"),
+          py::arg("map_transformed"));
     m.def(
         "check_plan",
         [](const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers, const py::dict& plan) {
@@ -62,13 +63,14 @@ PYBIND11_MODULE(_planner, m)
         py::arg("tensors"), py::arg("layers"));
     m.def(
         "min_feasible_budget",
-        [](const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers, const std::string& algorithm, uint64_t alignment) {
+        [](const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers, const std::string& algorithm, uint64_t alignment,
+           bool map_transformed) {
             const flexnn::Profile profile = profile_from_columns(tensors, layers);
-            const flexnn::PlannerOptions options{planner_algorithm_from(algorithm), alignment};
+            const flexnn::PlannerOptions options{planner_algorithm_from(algorithm), alignment, map_transformed};
             py::gil_scoped_release unlocked;
             return flexnn::min_feasible_budget(profile, options);
         },
-        py::arg("tensors"), py::arg("layers"), py::arg("algorithm"), py::arg("alignment"));
+        py::arg("tensors"), py::arg("layers"), py::arg("algorithm"), py::arg("alignment"), py::arg("map_transformed"));
     m.def(
         "lower_bound",
         [](const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers, uint64_t alignment) {

@@ -34,6 +34,9 @@ struct Placement
     bool pinned; // weights only: resident across inferences, occupies every step; load_after == -1
 };
 
+// a mapped record occupies whole pages of its file
+constexpr uint64_t kMappedPage = 4096;
+
 struct Dependency
 {
     int comp; // load(load) waits for comp(comp); comp < load
@@ -45,7 +48,12 @@ struct Plan
     Algorithm algorithm = Algorithm::FlexNN;
     uint64_t budget = 0;      // bytes the plan was made for
     uint64_t alignment = 0;   // every size is rounded up to, and every offset is a multiple of, this
-    uint64_t arena_bytes = 0; // bytes the runtime allocates; <= budget
+    uint64_t arena_bytes = 0; // bytes the plan lays out; <= budget
+    // where the mapped window begins: transformed weights lie in [mapped_from, arena_bytes), every
+    // other tensor below it. The runtime allocates [0, mapped_from) and maps the transformed records
+    // from their file instead of reading them into the arena; the window's bytes count the mapped
+    // pages resident at once (each record rounded up to kMappedPage). == arena_bytes: nothing mapped.
+    uint64_t mapped_from = 0;
     uint64_t lower_bound = 0; // live_bytes_lower_bound() of the profile
     std::vector<Placement> tensors;        // parallel to Profile::tensors
     std::vector<Dependency> dependencies;  // sorted by load, one per loading layer that waits

@@ -1,8 +1,8 @@
 // How a profile and a plan travel between Python and C++ (pybind11 only; included by the two binding
 // files, planner/bind_planner.cpp and python/module.cpp, and nowhere else).
 //
-// A profile is (tensors, layers): tensors are (layer, role, ordinal, size, first_use, last_use)
-// tuples with role 0 weight, 1 activation, 2 intermediate; layers are (load_us, compute_us) tuples.
+// A profile is (tensors, layers): tensors are (layer, role, ordinal, size, first_use, last_use,
+// transformed) tuples with role 0 weight, 1 activation, 2 intermediate; layers are (load_us, compute_us) tuples.
 // A plan is a dict of columns parallel to the profile's tensors (offsets, load_after, pinned) plus
 // its scalars and (comp, load) dependencies. flexnn_ncnn/planning.py wraps both in dataclasses.
 #ifndef FLEXNN_PLANNER_PLAN_DICT_H
@@ -25,7 +25,7 @@
 namespace flexnn {
 namespace plan_dict {
 
-using TensorTuple = std::tuple<int, int, int, uint64_t, int, int>;
+using TensorTuple = std::tuple<int, int, int, uint64_t, int, int, bool>;
 using LayerTuple = std::tuple<double, double>;
 
 inline Profile profile_from_columns(const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers)
@@ -37,7 +37,8 @@ inline Profile profile_from_columns(const std::vector<TensorTuple>& tensors, con
         const int role = std::get<1>(t);
         if (role < 0 || role > 2)
             throw std::invalid_argument("profile: unknown role " + std::to_string(role));
-        profile.tensors.push_back({std::get<0>(t), static_cast<Role>(role), std::get<2>(t), std::get<3>(t), std::get<4>(t), std::get<5>(t)});
+        profile.tensors.push_back({std::get<0>(t), static_cast<Role>(role), std::get<2>(t), std::get<3>(t), std::get<4>(t), std::get<5>(t),
+                                  std::get<6>(t)});
     }
     profile.layers.reserve(layers.size());
     for (const auto& l : layers)
@@ -50,7 +51,7 @@ inline pybind11::tuple profile_to_columns(const Profile& profile)
     std::vector<TensorTuple> tensors;
     tensors.reserve(profile.tensors.size());
     for (const auto& t : profile.tensors)
-        tensors.emplace_back(t.layer, static_cast<int>(t.role), t.ordinal, t.size, t.first_use, t.last_use);
+        tensors.emplace_back(t.layer, static_cast<int>(t.role), t.ordinal, t.size, t.first_use, t.last_use, t.transformed);
     std::vector<LayerTuple> layers;
     layers.reserve(profile.layers.size());
     for (const auto& l : profile.layers)
@@ -97,6 +98,7 @@ inline pybind11::dict plan_to_dict(const Plan& plan)
     d["budget"] = plan.budget;
     d["alignment"] = plan.alignment;
     d["arena_bytes"] = plan.arena_bytes;
+    d["mapped_from"] = plan.mapped_from;
     d["lower_bound"] = plan.lower_bound;
     d["offsets"] = offsets;
     d["load_after"] = load_after;
@@ -112,6 +114,7 @@ inline Plan plan_from_dict(const pybind11::dict& d)
     plan.budget = d["budget"].cast<uint64_t>();
     plan.alignment = d["alignment"].cast<uint64_t>();
     plan.arena_bytes = d["arena_bytes"].cast<uint64_t>();
+    plan.mapped_from = d.contains("mapped_from") ? d["mapped_from"].cast<uint64_t>() : plan.arena_bytes;
     plan.lower_bound = d["lower_bound"].cast<uint64_t>();
     const auto offsets = d["offsets"].cast<std::vector<uint64_t> >();
     const auto load_after = d["load_after"].cast<std::vector<int> >();

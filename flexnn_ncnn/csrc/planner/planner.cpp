@@ -1,6 +1,7 @@
 #include "planner/planner.h"
 
 #include "planner/layout.h"
+#include "planner/mapped_window.h"
 #include "planner/stall.h"
 
 #include <algorithm>
@@ -93,6 +94,7 @@ Plan finish(const LayoutInput& in, const PlannerOptions& options, uint64_t budge
     plan.alignment = in.alignment;
     plan.dependencies = dependencies_of(in, placements);
     plan.arena_bytes = compact(in, placements);
+    plan.mapped_from = plan.arena_bytes;
     plan.lower_bound = live_bytes_lower_bound(in.profile, in.alignment);
     plan.tensors = std::move(placements);
     return plan;
@@ -169,6 +171,12 @@ Plan choose_pinning(const LayoutInput& in, const PlannerOptions& options, uint64
     return best;
 }
 
+bool has_window(const Profile& profile)
+{
+    const std::vector<bool> in_window = window_layers(profile);
+    return std::find(in_window.begin(), in_window.end(), true) != in_window.end();
+}
+
 } // namespace
 
 const char* algorithm_name(Algorithm algorithm)
@@ -196,6 +204,8 @@ PlanResult make_plan(const Profile& profile, uint64_t budget, const PlannerOptio
     result.status = validate_profile(profile);
     if (!result.status.ok())
         return result;
+    if (options.map_transformed && has_window(profile))
+        return make_mapped_plan(profile, budget, options);
     const LayoutInput in(profile, options.alignment);
     std::vector<Placement> placements;
     const Status fit = lay_out(in, {usable(budget, in.alignment), options.algorithm, true, {}}, placements);
@@ -217,6 +227,8 @@ uint64_t min_feasible_budget(const Profile& profile, const PlannerOptions& optio
 {
     if (options.alignment == 0 || !validate_profile(profile).ok())
         return 0;
+    if (options.map_transformed && has_window(profile))
+        return mapped_min_feasible_budget(profile, options);
     const LayoutInput in(profile, options.alignment);
     const uint64_t lower_bound = live_bytes_lower_bound(profile, options.alignment);
     if (fits(in, lower_bound, options.algorithm))

@@ -18,6 +18,9 @@ struct PlannerOptions
 {
     Algorithm algorithm = Algorithm::FlexNN;
     uint64_t alignment = 64; // NCNN_MALLOC_ALIGN on every target
+    // the runtime maps transformed weights from their file: their layers' weights are planned in a
+    // window of whole pages above the arena proper (planner/mapped_window.h)
+    bool map_transformed = false;
 };
 
 struct PlanResult

@@ -64,6 +64,8 @@ Status validate_profile(const Profile& profile)
             return Status::error(name + ": first use " + std::to_string(t.first_use) + " is not its own layer");
         if (t.last_use < t.first_use || t.last_use >= layer_count)
             return Status::error(name + ": last use " + std::to_string(t.last_use) + " is before its first use or past the last layer");
+        if (t.transformed && t.role != Role::Weight)
+            return Status::error(name + " is marked transformed, but only weights can be");
         if (t.role == Role::Intermediate && t.last_use != t.layer)
             return Status::error(name + ": an intermediate must die with its layer");
         if (!seen.emplace(t.layer, static_cast<int>(t.role), t.ordinal).second)

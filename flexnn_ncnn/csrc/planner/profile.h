@@ -34,6 +34,9 @@ struct TensorUse
     uint64_t size; // bytes requested, > 0
     int first_use; // == layer
     int last_use;  // >= first_use; == layer for intermediates
+    // weights only: a pre-transformed record of the layer's transformed-weights file, which the
+    // runtime may map in place instead of reading into the arena (PlannerOptions::map_transformed)
+    bool transformed = false;
 };
 
 struct LayerCost
@@ -48,7 +51,8 @@ struct Profile
     std::vector<LayerCost> layers;  // index = layer index = execution order
 };
 
-// At least one tensor, every size > 0, every index in range, first_use == layer <= last_use, intermediates single-step, identities unique.
+// At least one tensor, every size > 0, every index in range, first_use == layer <= last_use, intermediates single-step, identities unique,
+// only weights transformed.
 Status validate_profile(const Profile& profile);
 
 // "layer 17 weight 2": how messages name a tensor.

@@ -184,13 +184,14 @@ public:
     PyExecutor(const std::string& param, const std::string& bin, const py::dict& schedule, const std::vector<TensorTuple>& tensors,
                const std::vector<LayerTuple>& layers, int threads, bool packing, bool winograd, bool sgemm, bool fp16,
                const std::string& loader, bool drop_page_cache, bool overlap_loading, bool direct_io, bool static_arena,
-               const std::string& transformed, uint64_t outside_bytes, bool canaries)
+               const std::string& transformed, uint64_t outside_bytes, bool canaries, bool map_weights)
     {
         flexnn::RuntimeOptions options
             = runtime_options(threads, packing, winograd, sgemm, fp16, loader, drop_page_cache, overlap_loading, direct_io,
                               static_arena);
         options.outside_allowance = outside_bytes;
         options.canaries = canaries;
+        options.map_weights = map_weights;
         flexnn::LayerSchedule s = schedule_from(schedule);
         flexnn::Profile p = flexnn::plan_dict::profile_from_columns(tensors, layers);
         py::gil_scoped_release unlocked;
@@ -202,9 +203,9 @@ public:
         py::gil_scoped_release unlocked;
         check(executor_->set_plan(plan));
     }
-    void set_budget(uint64_t budget, const std::string& algorithm, uint64_t alignment)
+    void set_budget(uint64_t budget, const std::string& algorithm, uint64_t alignment, bool map_transformed)
     {
-        const flexnn::PlannerOptions options{planner_algorithm_from(algorithm), alignment};
+        const flexnn::PlannerOptions options{planner_algorithm_from(algorithm), alignment, map_transformed};
         py::gil_scoped_release unlocked;
         check(executor_->set_budget(budget, options));
     }
@@ -231,6 +232,8 @@ public:
         s["outside_peak_bytes"] = stats.outside_peak_bytes;
         s["outside_allocations"] = stats.outside_allocations;
         s["loaded_layers"] = stats.loaded_layers;
+        s["arena_weight_bytes"] = stats.arena_weight_bytes;
+        s["mapped_weight_bytes"] = stats.mapped_weight_bytes;
         return py::make_tuple(arrays(outputs), s);
     }
     py::dict plan() const
@@ -285,14 +288,15 @@ PYBIND11_MODULE(_native, m)
     py::class_<PyExecutor>(m, "Executor", "A prepared model run under a plan (runtime/executor.h).")
         .def(py::init<const std::string&, const std::string&, const py::dict&, const std::vector<TensorTuple>&,
                       const std::vector<LayerTuple>&, int, bool, bool, bool, bool, const std::string&, bool, bool, bool, bool,
-                      const std::string&, uint64_t, bool>(),
+                      const std::string&, uint64_t, bool, bool>(),
              py::arg("param"), py::arg("bin"), py::arg("schedule"), py::arg("tensors"), py::arg("layers"), py::arg("threads") = 1,
              py::arg("packing") = true, py::arg("winograd") = true, py::arg("sgemm") = true, py::arg("fp16") = true,
              py::arg("loader") = "any", py::arg("drop_page_cache") = false, py::arg("overlap_loading") = true,
              py::arg("direct_io") = false, py::arg("static_arena") = true, py::arg("transformed") = "",
-             py::arg("outside_bytes") = UINT64_MAX, py::arg("canaries") = false)
+             py::arg("outside_bytes") = UINT64_MAX, py::arg("canaries") = false, py::arg("map_weights") = false)
         .def("set_plan", &PyExecutor::set_plan, py::arg("plan"), "check the plan (planner columns) and move to its arena")
         .def("set_budget", &PyExecutor::set_budget, py::arg("budget"), py::arg("algorithm") = "flexnn", py::arg("alignment") = 64,
+             py::arg("map_transformed") = false,
              "re-plan the stored profile for this arena size and move to it")
         .def("run", &PyExecutor::run, py::arg("inputs"), "one inference: ({output: array}, stats)")
         .def("plan", &PyExecutor::plan)

@@ -24,6 +24,7 @@ void ArenaAllocator::begin_inference(std::thread::id owner)
 {
     owner_.store(owner);
     next_ordinal_.assign(buffers_.size(), 0);
+    served_bytes_ = 0;
 }
 
 std::string ArenaAllocator::step_name(int step) const
@@ -42,6 +43,39 @@ void* ArenaAllocator::serve_outside(size_t size, int step)
     return ptr;
 }
 
+std::string ArenaAllocator::describe(size_t size, int step, int ordinal) const
+{
+    return step_name(step) + ": " + role_name(role_) + " " + std::to_string(ordinal) + " of " + std::to_string(size) + " B";
+}
+
+const PlannedBuffer* ArenaAllocator::planned_for(size_t size, int step, int ordinal)
+{
+    const bool known_step = step >= 0 && step < (int)buffers_.size();
+    if (!known_step || ordinal >= (int)buffers_[step].size())
+    {
+        failure_.set(describe(size, step, ordinal) + " is not in the plan (prepare saw "
+                     + std::to_string(known_step ? buffers_[step].size() : 0) + " " + role_name(role_)
+                     + " buffers there): the model or its options differ from what was prepared");
+        return nullptr;
+    }
+    const PlannedBuffer& planned = buffers_[step][ordinal];
+    if (size > planned.size)
+    {
+        failure_.set(describe(size, step, ordinal) + " is larger than planned (" + std::to_string(planned.size)
+                     + " B): the model or its options differ from what was prepared");
+        return nullptr;
+    }
+    return &planned;
+}
+
+bool ArenaAllocator::pass(size_t size)
+{
+    const int step = clock_.allocation_step();
+    const bool known_step = step >= 0 && step < (int)buffers_.size();
+    const int ordinal = known_step ? next_ordinal_[step]++ : 0;
+    return planned_for(size, step, ordinal) != nullptr;
+}
+
 void* ArenaAllocator::fastMalloc(size_t size)
 {
     const int step = clock_.allocation_step();
@@ -50,43 +84,29 @@ void* ArenaAllocator::fastMalloc(size_t size)
 
     const bool known_step = step >= 0 && step < (int)buffers_.size();
     const int ordinal = known_step ? next_ordinal_[step]++ : 0;
-    auto describe = [&] {
-        return step_name(step) + ": " + role_name(role_) + " " + std::to_string(ordinal) + " of " + std::to_string(size) + " B";
-    };
     switch (faults_.on_request())
     {
     case FaultInjector::Request::Fail:
         // a failed request fails the inference but is served: NCNN's kernels do not all check an
         // allocation (conv3x3s1_winograd63_transform_kernel writes through a null one)
-        failure_.set(describe() + " could not be allocated (injected fault)");
+        failure_.set(describe(size, step, ordinal) + " could not be allocated (injected fault)");
         return serve_outside(size, step);
     case FaultInjector::Request::Throw:
         throw std::bad_alloc();
     case FaultInjector::Request::Serve:
         break;
     }
-    if (!known_step || ordinal >= (int)buffers_[step].size())
-    {
-        failure_.set(describe() + " is not in the plan (prepare saw "
-                     + std::to_string(known_step ? buffers_[step].size() : 0) + " " + role_name(role_)
-                     + " buffers there): the model or its options differ from what was prepared");
+    const PlannedBuffer* planned = planned_for(size, step, ordinal);
+    if (!planned || !base_)
         return serve_outside(size, step);
-    }
-    const PlannedBuffer& planned = buffers_[step][ordinal];
-    if (size > planned.size)
+    unsigned char* ptr = base_ + planned->offset;
+    served_bytes_ += size;
+    // the canary watches the arena proper, not a mapped window above it
+    if (canary_ && planned->offset + size <= canary_->bytes())
     {
-        failure_.set(describe() + " is larger than planned (" + std::to_string(planned.size)
-                     + " B): the model or its options differ from what was prepared");
-        return serve_outside(size, step);
-    }
-    if (!base_)
-        return serve_outside(size, step);
-    unsigned char* ptr = base_ + planned.offset;
-    if (canary_)
-    {
-        const int64_t written = canary_->first_written(planned.offset, size);
+        const int64_t written = canary_->first_written(planned->offset, size);
         if (written >= 0)
-            failure_.set(describe() + " at offset " + std::to_string(planned.offset) + ": its byte " + std::to_string(written)
+            failure_.set(describe(size, step, ordinal) + " at offset " + std::to_string(planned->offset) + ": its byte " + std::to_string(written)
                          + " was written after the tensor there died, or belongs to one still alive (arena canary): "
                            "the plan's lifetimes are not NCNN's");
         if (role_ != Role::Weight)

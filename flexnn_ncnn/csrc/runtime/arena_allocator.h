@@ -47,6 +47,10 @@ public:
     ArenaAllocator(Role role, const StepClock& clock, Failure& failure, CountingAllocator& outside, FaultInjector& faults);
     void* fastMalloc(size_t size) override;
     void fastFree(void* ptr) override;
+    // A request the plan has, served elsewhere (a mapped weight points into its file): counted and
+    // checked like one, so the ordinals after it stay the plan's. False when the plan does not have
+    // it (the inference has failed, naming it).
+    bool pass(size_t size);
 
     // serve `buffers` out of `base` (nullptr: from `outside`) from now on, `outside` holding at most
     // `outside_limit` bytes (SIZE_MAX: unbounded), checked by `canary` (nullptr: none) in the arena;
@@ -55,9 +59,17 @@ public:
               ArenaCanary* canary);
     // ordinals start again from 0 at every step; requests are served to `owner` only
     void begin_inference(std::thread::id owner);
+    // bytes served in the arena on the owner thread since begin_inference
+    uint64_t served_bytes() const
+    {
+        return served_bytes_;
+    }
 
 private:
     void* serve_outside(size_t size, int step);
+    // the next request's planned buffer, or null when the plan does not have it (the failure is set)
+    const PlannedBuffer* planned_for(size_t size, int step, int ordinal);
+    std::string describe(size_t size, int step, int ordinal) const;
     std::string step_name(int step) const;
 
     const Role role_;
@@ -73,6 +85,7 @@ private:
     size_t outside_limit_ = SIZE_MAX;
     ArenaCanary* canary_ = nullptr;
     std::vector<int> next_ordinal_; // per step, touched by the owner only
+    uint64_t served_bytes_ = 0;     // owner only
 };
 
 } // namespace flexnn

@@ -28,6 +28,11 @@ public:
     {
         return base_ != nullptr;
     }
+    // the bytes watched, from the arena's start
+    uint64_t bytes() const
+    {
+        return bytes_;
+    }
     // poison the whole arena but `kept` (offset, size) ranges
     void poison_all_but(const std::vector<std::pair<uint64_t, uint64_t> >& kept);
     void poison(uint64_t offset, uint64_t size);

@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include "planner/check_plan.h"
+#include "planner/mapped_window.h"
 #include "runtime/cpu_clusters.h"
 #include "runtime/request_probe.h"
 #include "runtime/thread_allocator_scope.h"
@@ -22,9 +23,16 @@ double now_us()
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// page-aligned, so the mapped window's pages are its own; NCNN may read NCNN_MALLOC_OVERREAD past it
+unsigned char* allocate_arena(uint64_t bytes)
+{
+    void* p = nullptr;
+    return posix_memalign(&p, kMappedPage, bytes + NCNN_MALLOC_OVERREAD) == 0 ? static_cast<unsigned char*>(p) : nullptr;
+}
+
 void free_arena(unsigned char* p)
 {
-    ncnn::fastFree(p);
+    free(p);
 }
 
 } // namespace
@@ -33,7 +41,7 @@ Executor::Executor(const RuntimeOptions& options, LayerSchedule schedule, Profil
     : options_(options), schedule_(std::move(schedule)), profile_(std::move(profile)),
       weights_(Role::Weight, load_clock_, failure_, outside_, faults_),
       blobs_(Role::Activation, compute_clock_, failure_, outside_, faults_),
-      workspace_(Role::Intermediate, compute_clock_, failure_, outside_, faults_),
+      workspace_(Role::Intermediate, compute_clock_, failure_, outside_, faults_), mapped_(weights_),
       arena_(nullptr, free_arena)
 {
 }
@@ -61,6 +69,9 @@ Status Executor::create(const std::string& param_path, const std::string& bin_pa
     s = e->choose_loader_cpus();
     if (!s.ok())
         return s;
+    if (options.map_weights && (transformed_path.empty() || options.direct_io))
+        return Status::error(transformed_path.empty() ? "mapped weights need the pre-transformed weights file: prepare the model with it"
+                                                      : "mapped weights are not read with O_DIRECT: choose one");
     if (!transformed_path.empty())
     {
         s = e->transformed_.open(transformed_path, TransformKey::current(options), options.direct_io);
@@ -69,7 +80,14 @@ Status Executor::create(const std::string& param_path, const std::string& bin_pa
         s = e->zeros_.map(e->transformed_.largest_skipped());
         if (!s.ok())
             return s;
-        e->source_ = {e->transformed_.fd(), e->transformed_.path(), options.direct_io ? &e->window_ : nullptr, &e->zeros_};
+        if (options.map_weights)
+        {
+            s = e->mapped_.open(e->transformed_.fd(), transformed_path);
+            if (!s.ok())
+                return s;
+        }
+        e->source_ = {e->transformed_.fd(), e->transformed_.path(), options.direct_io ? &e->window_ : nullptr, &e->zeros_, nullptr,
+                      options.map_weights ? &e->mapped_ : nullptr};
     }
     if (options.direct_io)
     {
@@ -155,12 +173,20 @@ Status Executor::set_plan_locked(const Plan& plan)
     if (plan.alignment == 0 || plan.alignment % NCNN_MALLOC_ALIGN != 0)
         return Status::error("plan: alignment " + std::to_string(plan.alignment) + " is not a multiple of NCNN's "
                              + std::to_string(NCNN_MALLOC_ALIGN));
+    // a layer with transformed weights takes them from the mapped window exactly when the plan has one
+    const std::vector<bool> window = window_layers(profile_);
+    const bool has_window = std::find(window.begin(), window.end(), true) != window.end();
+    const bool mapped = plan.mapped_from < plan.arena_bytes;
+    if (has_window && mapped != options_.map_weights)
+        return Status::error(mapped ? "plan: it maps the transformed weights, this session reads them into the arena: open it with mapped weights"
+                                    : "plan: it reads the transformed weights into the arena, this session maps them: plan with mapped weights");
 
     // where each (role, step, ordinal) goes; ordinals must be dense, as the allocators count them
     const int steps = schedule_.step_count();
     std::vector<PlannedBuffers> buffers(3, PlannedBuffers(steps));
     std::vector<int> weight_count(steps, 0), pinned_count(steps, 0);
-    std::vector<std::vector<std::pair<uint64_t, uint64_t> > > weight_ranges(steps);
+    std::vector<std::vector<std::pair<uint64_t, uint64_t> > > weight_ranges(steps), window_ranges(steps);
+    std::vector<bool> windowed(steps, false);
     for (size_t k = 0; k < profile_.tensors.size(); k++)
     {
         const TensorUse& t = profile_.tensors[k];
@@ -172,7 +198,11 @@ Status Executor::set_plan_locked(const Plan& plan)
         {
             weight_count[t.layer]++;
             pinned_count[t.layer] += plan.tensors[k].pinned ? 1 : 0;
-            weight_ranges[t.layer].emplace_back(plan.tensors[k].offset, t.size);
+            if (!mapped || !window[t.layer])
+                weight_ranges[t.layer].emplace_back(plan.tensors[k].offset, t.size);
+            else if (!t.transformed)
+                window_ranges[t.layer].emplace_back(plan.tensors[k].offset, align_up(t.size, kMappedPage));
+            windowed[t.layer] = mapped && window[t.layer];
         }
     }
     for (int role = 0; role < 3; role++)
@@ -203,7 +233,7 @@ Status Executor::set_plan_locked(const Plan& plan)
     if (options_.static_arena)
     {
         std::unique_ptr<unsigned char, void (*)(unsigned char*)> arena(
-            faults_.take_arena_failure() ? nullptr : static_cast<unsigned char*>(ncnn::fastMalloc(plan.arena_bytes)), free_arena);
+            faults_.take_arena_failure() ? nullptr : allocate_arena(plan.arena_bytes), free_arena);
         if (!arena)
         {
             const Status failed = Status::error("cannot allocate an arena of " + std::to_string(plan.arena_bytes) + " B");
@@ -227,7 +257,10 @@ Status Executor::set_plan_locked(const Plan& plan)
     built_.assign(steps, false); // resident layers are built by the next run's loading thread
     wait_for_ = wait_for;
     weight_ranges_ = std::move(weight_ranges);
-    canary_.bind(options_.canaries ? arena_.get() : nullptr, plan.arena_bytes);
+    window_ranges_ = std::move(window_ranges);
+    windowed_ = std::move(windowed);
+    held_.assign(steps, false);
+    canary_.bind(options_.canaries ? arena_.get() : nullptr, plan.mapped_from);
     ArenaCanary* canary = canary_.armed() ? &canary_ : nullptr;
     const uint64_t beside = reserved_outside_bytes() + (options_.static_arena ? 0 : plan.arena_bytes);
     const size_t outside_limit = options_.outside_allowance > SIZE_MAX - beside ? SIZE_MAX : (size_t)(options_.outside_allowance + beside);
@@ -242,6 +275,8 @@ void Executor::release_arena()
     // layers' Mats keep their refcounts inside the arena: drop them while it still exists
     for (int layer : schedule_.order)
         model_->planned(layer)->unload(load_opt_);
+    for (int step = 0; step < (int)held_.size(); step++)
+        drop_window(step);
     built_.assign(built_.size(), false);
     has_plan_ = false;
     std::lock_guard<std::mutex> state(state_);
@@ -263,11 +298,23 @@ Status Executor::load_step(int step)
         for (const auto& r : weight_ranges_[step])
             canary_.poison(r.first, r.second);
     }
+    const LayerTransforms* transforms = transformed_.layer(layer);
+    if (windowed_[step])
+    {
+        // its window pages are taken from here until drop_window: the records mapped and resident
+        // before the layer is built on them (read ahead here, not faulted in by its kernels)
+        held_[step] = true;
+        Status s = transforms ? mapped_.map_layer(layer, *transforms) : Status();
+        if (!s.ok())
+            return s;
+        for (size_t k = 0; transforms && k < transforms->mats.size(); k++)
+            mapped_weight_bytes_ += transforms->mats[k].bytes;
+    }
     load_clock_.begin(step);
     Status s;
     {
         ThreadAllocatorScope scope(&weights_);
-        s = load_layer(*planned, reader, load_opt_, transformed_.layer(layer), source_);
+        s = load_layer(*planned, reader, load_opt_, transforms, source_);
     }
     load_clock_.end();
     if (!s.ok())
@@ -321,6 +368,7 @@ void Executor::load_steps()
             }
             if (failure_.failed())
                 break;
+            drop_window_through(wait_for);
             Status s = load_step(step);
             if (!s.ok())
             {
@@ -332,6 +380,24 @@ void Executor::load_steps()
         }
         progress_.loaded(step);
     }
+}
+
+void Executor::drop_window(int step)
+{
+    if (!held_[step])
+        return;
+    mapped_.unmap_layer(layer_at(step));
+    if (arena_)
+        for (const auto& r : window_ranges_[step])
+            drop_pages(arena_.get() + r.first, r.second);
+    held_[step] = false;
+}
+
+void Executor::drop_window_through(int step)
+{
+    for (; dropped_through_ < std::min(step, (int)held_.size() - 1); dropped_through_++)
+        if (!resident_[dropped_through_ + 1])
+            drop_window(dropped_through_ + 1);
 }
 
 int Executor::before_compute(int layer_index)
@@ -441,6 +507,8 @@ Status Executor::run_locked(const NamedMats& inputs, NamedMats& outputs, RunStat
     compute_clock_.reset();
     load_wait_us_ = 0;
     loaded_layers_ = 0;
+    mapped_weight_bytes_ = 0;
+    dropped_through_ = 0;
     outside_.reset_counts();
     faults_.begin_run();
     if (canary_.armed())
@@ -490,6 +558,7 @@ Status Executor::run_locked(const NamedMats& inputs, NamedMats& outputs, RunStat
     }
     progress_.computed(schedule_.output_step() - 1);
     loader.join();
+    drop_window_through(schedule_.output_step()); // the next run starts without streamed weights
 
     compute_clock_.begin(schedule_.output_step());
     outputs.clear();
@@ -507,6 +576,8 @@ Status Executor::run_locked(const NamedMats& inputs, NamedMats& outputs, RunStat
     stats.outside_peak_bytes = outside.peak_bytes;
     stats.outside_allocations = outside.allocations;
     stats.loaded_layers = loaded_layers_;
+    stats.arena_weight_bytes = weights_.served_bytes();
+    stats.mapped_weight_bytes = mapped_weight_bytes_;
     return failure_.status();
 }
 

@@ -36,6 +36,8 @@ struct RunStats
     uint64_t outside_allocations = 0; // requests served outside the arena during the run
     int loaded_layers = 0;            // layers the loading thread built: the streamed ones, and the first
                                       // run after set_plan also the resident ones
+    uint64_t arena_weight_bytes = 0;  // weight bytes the loading thread was served in the arena
+    uint64_t mapped_weight_bytes = 0; // transformed weight bytes it made resident in the mapped file instead
 };
 
 // Runs a prepared model under a plan (paper section 3.4). One arena of the plan's size holds every
@@ -107,6 +109,11 @@ private:
     // the loading thread's body: load_steps, whatever it throws turned into the inference's failure
     void load_all();
     void load_steps();
+    // give back the mapped window's pages of the streamed layers up to `step` that hold them (their
+    // computation has finished: the plan no longer holds their weights)
+    void drop_window_through(int step);
+    // give back the mapped window's pages of step `step`'s layer
+    void drop_window(int step);
     Status set_plan_locked(const Plan& plan);
     Status run_locked(const NamedMats& inputs, NamedMats& outputs, RunStats& stats);
 
@@ -150,6 +157,14 @@ private:
     std::vector<bool> resident_;    // per step: built once per plan, by the first run's loading thread
     std::vector<bool> built_;       // per step: resident and built (loading thread during a run)
     std::vector<int> wait_for_;     // per step: the computation its load waits for, -1 none
+    // mapped weights: per step, whether its layer's weights are in the plan's mapped window, and
+    // whether their pages may be resident (set by its load, cleared when dropped)
+    std::vector<bool> windowed_;
+    std::vector<bool> held_;
+    int dropped_through_ = 0; // loading thread: every streamed windowed step up to it is dropped
+    // per step: its raw weights' page ranges in the mapped window (offset, bytes)
+    std::vector<std::vector<std::pair<uint64_t, uint64_t> > > window_ranges_;
+    uint64_t mapped_weight_bytes_ = 0; // loading thread only
     // per step: its weights' (offset, size) in the arena; with canaries, poisoned once a streamed
     // layer has computed, kept at the start of a run once a resident one is built
     std::vector<std::vector<std::pair<uint64_t, uint64_t> > > weight_ranges_;
@@ -172,10 +187,11 @@ private:
     ArenaAllocator weights_;
     ArenaAllocator blobs_;
     ArenaAllocator workspace_;
+    MappedWeights mapped_; // options_.map_weights: the transformed file, mapped
     DirectWindow window_; // O_DIRECT reads only; allocated from outside_
     TransformedWeightsFile transformed_; // not open: every layer transforms its raw weights
     ZeroPages zeros_;                    // what the skipped raw weights point at
-    TransformedSource source_;           // transformed_, the window with direct_io, zeros_
+    TransformedSource source_;           // transformed_, the window with direct_io, zeros_, mapped_
 
     // declared last, destroyed first: layers release their Mats into the allocators above
     std::unique_ptr<unsigned char, void (*)(unsigned char*)> arena_;

@@ -242,7 +242,7 @@ Status prepare_recorded(const std::string& param_path, const std::string& bin_pa
         s = zeros.map(writer.largest_skipped());
         if (!s.ok())
             return s;
-        source = {writer.fd(), transformed_path, nullptr, &zeros};
+        source = {writer.fd(), transformed_path, nullptr, &zeros, &weights, nullptr};
     }
     uint64_t position = 0;
     for (int i = 0; i < layer_count; i++)
@@ -338,7 +338,7 @@ Status prepare_recorded(const std::string& param_path, const std::string& bin_pa
     {
         const int step = step_of[r.step];
         if (step >= 0) // layers the outputs do not need are never loaded
-            profile.tensors.push_back({step, Role::Weight, r.ordinal, r.size, step, step});
+            profile.tensors.push_back({step, Role::Weight, r.ordinal, r.size, step, step, r.transformed});
     }
     for (const RecordingAllocator* allocator : {&blobs, &workspace})
     {

@@ -31,6 +31,8 @@ void* RecordingAllocator::fastMalloc(size_t size)
             failed_.store(true); // served all the same: NCNN's kernels do not all check an allocation
     }
     void* ptr = ncnn::fastMalloc(size);
+    const bool transformed = next_transformed_;
+    next_transformed_ = false;
     if (!ptr)
         return ptr;
     std::lock_guard<std::mutex> guard(lock_);
@@ -40,6 +42,7 @@ void* RecordingAllocator::fastMalloc(size_t size)
     record.role = role_;
     record.ordinal = next_ordinal_[step]++;
     record.size = size;
+    record.transformed = transformed;
     live_[ptr] = records_.size();
     records_.push_back(record);
     return ptr;

@@ -24,6 +24,7 @@ struct AllocationRecord
     int ordinal;      // among this role's buffers of this step, in request order
     uint64_t size;    // bytes requested
     int last_use = -1; // the last step that may have read it; -1 while it is live
+    bool transformed = false; // a pre-transformed weight (RecordingAllocator::mark_transformed)
 };
 
 // Prepare's allocator for one role: a heap allocation per request, each one recorded with the
@@ -39,6 +40,11 @@ public:
     void* fastMalloc(size_t size) override;
     void fastFree(void* ptr) override;
 
+    // the owner's next request is a pre-transformed weight's (a record of the transformed file)
+    void mark_transformed()
+    {
+        next_transformed_ = true;
+    }
     // every buffer so far; those still live have last_use -1
     std::vector<AllocationRecord> records() const;
     Role role() const
@@ -63,6 +69,7 @@ private:
     std::vector<AllocationRecord> records_;
     std::unordered_map<void*, size_t> live_; // pointer -> index in records_
     std::unordered_map<int, int> next_ordinal_; // step -> next ordinal
+    bool next_transformed_ = false;             // owner only
 };
 
 } // namespace flexnn

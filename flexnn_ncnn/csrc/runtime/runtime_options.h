@@ -32,6 +32,11 @@ struct RuntimeOptions
     // read the .bin with O_DIRECT through an aligned window of at most DirectWindow::kMaxBytes, held
     // outside the arena for the executor's life (Executor::reserved_outside_bytes)
     bool direct_io = false;
+    // map the pre-transformed weights file instead of reading it into the arena (zero copy): the
+    // layers with transformed weights point at their records, which the loading thread makes
+    // resident ahead of their computation and drops after it; the plan must be made for it
+    // (PlannerOptions::map_transformed). Needs pre-transformed weights; not with direct_io.
+    bool map_weights = false;
     // false: load(s) also waits for comp(s - 1), so loading never overlaps computing (the On-Demand
     // baseline, paper section 5.1, when run with the tightest plan)
     bool overlap_loading = true;

@@ -377,9 +377,9 @@ Status TransformedWeightsWriter::finish()
     return Status();
 }
 
-TransformedWeightsReader::TransformedWeightsReader(int fd, const std::string& path, const LayerTransforms& layer,
-                                                   const std::string& layer_name, DirectWindow* window)
-    : fd_(fd), path_(path), layer_(layer), layer_name_(layer_name), window_(window)
+TransformedWeightsReader::TransformedWeightsReader(const TransformedSource& source, const LayerTransforms& layer,
+                                                   const std::string& layer_name)
+    : source_(source), layer_(layer), layer_name_(layer_name)
 {
 }
 
@@ -395,11 +395,21 @@ int TransformedWeightsReader::load(ncnn::Mat& weight)
         return 0;
     if (next_ >= layer_.mats.size())
     {
-        fail("asks for transformed weight " + std::to_string(next_ + 1) + ", " + path_ + " has "
+        fail("asks for transformed weight " + std::to_string(next_ + 1) + ", " + source_.path + " has "
              + std::to_string(layer_.mats.size()));
         return 0;
     }
     const TransformedMat& m = layer_.mats[next_++];
+    if (source_.mapped)
+    {
+        std::string error;
+        if (source_.mapped->point(m, weight, error))
+            return 1;
+        fail("transformed weight " + std::to_string(next_) + " of " + source_.path + ": " + error);
+        return 0;
+    }
+    if (source_.recorder)
+        source_.recorder->mark_transformed();
     if (m.dims == 1)
         weight.create(m.w, (size_t)m.elemsize, m.elempack);
     else if (m.dims == 2)
@@ -415,19 +425,19 @@ int TransformedWeightsReader::load(ncnn::Mat& weight)
     }
     std::string error;
     size_t done;
-    if (window_)
+    if (source_.window)
     {
-        window_->forget(); // it may hold another file's bytes
-        done = window_->copy(fd_, path_, m.offset, weight.data, m.bytes, m.offset + m.bytes, error);
-        window_->forget();
+        source_.window->forget(); // it may hold another file's bytes
+        done = source_.window->copy(source_.fd, source_.path, m.offset, weight.data, m.bytes, m.offset + m.bytes, error);
+        source_.window->forget();
     }
     else
     {
-        done = pread_all(fd_, weight.data, m.bytes, m.offset);
+        done = pread_all(source_.fd, weight.data, m.bytes, m.offset);
     }
     if (done != m.bytes)
     {
-        fail(error.empty() ? path_ + " ended at byte " + std::to_string(m.offset + done) + ", "
+        fail(error.empty() ? source_.path + " ended at byte " + std::to_string(m.offset + done) + ", "
                                  + std::to_string(m.offset + m.bytes) + " expected"
                            : error);
         return 0;
@@ -437,7 +447,7 @@ int TransformedWeightsReader::load(ncnn::Mat& weight)
 
 void TransformedWeightsReader::store(const ncnn::Mat&)
 {
-    fail("derived a transformed weight that " + path_ + " does not have");
+    fail("derived a transformed weight that " + source_.path + " does not have");
 }
 
 Status TransformedWeightsReader::finish() const
@@ -446,7 +456,7 @@ Status TransformedWeightsReader::finish() const
         return Status::error(error_);
     if (next_ != layer_.mats.size())
         return Status::error("layer " + layer_name_ + " used " + std::to_string(next_) + " of its "
-                             + std::to_string(layer_.mats.size()) + " transformed weights in " + path_);
+                             + std::to_string(layer_.mats.size()) + " transformed weights in " + source_.path);
     return Status();
 }
 
@@ -499,7 +509,7 @@ Status load_layer(PlannedLayer& layer, WeightReader& reader, const ncnn::Option&
     if (transforms && source.zeros)
     {
         SkippingModelBin mb(reader, transforms->skipped, *source.zeros);
-        TransformedWeightsReader store(source.fd, source.path, *transforms, layer.name, source.window);
+        TransformedWeightsReader store(source, *transforms, layer.name);
         built = layer.load(mb, opt, &store);
         filled = store.finish();
     }

@@ -2,7 +2,9 @@
 #define FLEXNN_TRANSFORMED_WEIGHTS_H
 
 #include "runtime/direct_window.h"
+#include "runtime/mapped_weights.h"
 #include "runtime/planned_layer.h"
+#include "runtime/recording_allocator.h"
 #include "runtime/runtime_options.h"
 #include "runtime/status.h"
 #include "runtime/weight_reader.h"
@@ -140,15 +142,16 @@ private:
     Status status_;
 };
 
+struct TransformedSource;
+
 // One load of one layer: fills the Mats its create_pipeline asks for, in order, from the file, into
-// buffers the thread's default allocator gives (the arena). A request the file does not have, a
-// shape other than recorded, a short read or a Mat the layer derived itself is an error (finish()).
+// buffers the thread's default allocator gives (the arena), or points them into the mapped file
+// (source.mapped). A request the file does not have, a shape other than recorded, a short read or a
+// Mat the layer derived itself is an error (finish()).
 class TransformedWeightsReader : public ncnn::TransformedWeightStore
 {
 public:
-    // window: O_DIRECT reads (file opened direct), null otherwise
-    TransformedWeightsReader(int fd, const std::string& path, const LayerTransforms& layer, const std::string& layer_name,
-                             DirectWindow* window);
+    TransformedWeightsReader(const TransformedSource& source, const LayerTransforms& layer, const std::string& layer_name);
     int load(ncnn::Mat& weight) override;
     void store(const ncnn::Mat& weight) override;
     Status finish() const;
@@ -156,11 +159,9 @@ public:
 private:
     void fail(const std::string& message);
 
-    const int fd_;
-    const std::string& path_;
+    const TransformedSource& source_;
     const LayerTransforms& layer_;
     const std::string& layer_name_;
-    DirectWindow* const window_;
     size_t next_ = 0;
     std::string error_;
 };
@@ -234,6 +235,8 @@ struct TransformedSource
     std::string path;
     DirectWindow* window = nullptr; // O_DIRECT reads; null: pread
     const ZeroPages* zeros = nullptr;
+    RecordingAllocator* recorder = nullptr; // prepare: marks each transformed Mat's request
+    const MappedWeights* mapped = nullptr;  // Mats point into the mapped file instead of being read
 };
 
 // Build `layer` from `reader` (its bytes of the .bin) and, when `transforms` is not null, its

@@ -1,0 +1,160 @@
+"""Mapped weights (issue 15; runtime/mapped_weights.*, planner/mapped_window.*): with `map_weights`
+the layers' pre-transformed weights are never copied into the arena. They point into the mapped
+transformed-weights file; the loading thread makes a layer's pages resident before it computes and
+drops them once the plan no longer holds them; the plan keeps those layers' weights in a window of
+whole pages above the arena proper. Outputs stay stock NCNN's; the pread and O_DIRECT paths stay.
+
+Models: test_transformed's kernel, Gemm and mixed int8/deconvolution stacks and the runtime's own
+models; the oracle is the stock `ncnn` wheel.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flexnn_ncnn import Session, planning
+from flexnn_ncnn.cli import UserError
+from flexnn_ncnn.planning import ARENA_MARGIN
+from flexnn_ncnn.prepare import RuntimeOptions
+from helpers import assert_counted_within_budget, stock_output
+from test_runtime import WRITERS, assert_close
+from test_transformed import CASES, Written, prepared
+
+PAGE = 4096
+MAPPED = RuntimeOptions(threads=2, map_weights=True)
+
+
+def written(name: str, folder: Path) -> Written:
+    if name in CASES:
+        return CASES[name](folder)
+    param, bin_, x = WRITERS[name](folder)
+    return Written(param, bin_, x, [])
+
+
+def tightest(session: Session) -> int:
+    return planning.min_feasible_budget(session.profile, mapped=session.map_weights) + ARENA_MARGIN + session.reserved_bytes
+
+
+def resident_bytes_of(path: Path) -> int:
+    """This process's resident bytes of its mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5 and not fields[0].endswith(":"):
+            inside = len(fields) >= 6 and Path(fields[5]) == path.resolve()
+        elif inside and fields[0] == "Rss:":
+            total += int(fields[1]) * 1024
+    return total
+
+
+def weight_bytes(session: Session, transformed: bool) -> int:
+    return sum(t.size for t in session.profile.tensors if t.role == "weight" and t.transformed == transformed)
+
+
+@pytest.mark.parametrize("name", sorted(CASES) + sorted(WRITERS))
+def test_mapped_weights_equal_stock_ncnn_and_are_never_copied_into_the_arena(name: str, tmp_path: Path) -> None:
+    w = written(name, tmp_path)
+    ref = stock_output(w.param, w.bin, w.x)
+    session = Session(prepared(w, MAPPED))
+    assert session.map_weights and session.plan.mapped
+    transformed = [t for t in session.profile.tensors if t.transformed]
+    assert transformed and all(t.role == "weight" for t in transformed)
+    for budget in (None, tightest(session)):
+        if budget:
+            session.set_budget(budget)
+        for _ in range(3):  # later runs map every unpinned layer again
+            assert_close(session.run({"data": w.x})["output"], ref)
+        assert_counted_within_budget(session.stats())
+    # at the tightest budget every layer streams: the first run after set_plan loads them all, and
+    # what it was served in the arena is exactly the weights that are not transformed records
+    session.set_budget(tightest(session))
+    assert_close(session.run({"data": w.x})["output"], ref)
+    stats = session.stats()
+    assert stats["arena_weight_bytes"][-1] == weight_bytes(session, transformed=False)
+    mapped = stats["mapped_weight_bytes"][-1]
+    # a record is what Mat::create asked for less its refcount (and the 4-byte rounding)
+    assert weight_bytes(session, True) - 8 * len(transformed) <= mapped <= weight_bytes(session, True)
+
+
+@pytest.mark.parametrize("name", ["kernels", "convfc"])
+def test_streamed_pages_are_dropped_after_use_and_pinned_ones_stay(name: str, tmp_path: Path) -> None:
+    w = written(name, tmp_path)
+    session = Session(prepared(w, MAPPED))
+    transformed_file = session.sidecar.transformed_file(session.path)
+    assert transformed_file is not None
+    session.set_budget(tightest(session))
+    assert not any(p.pinned for t, p in zip(session.profile.tensors, session.plan.tensors) if t.transformed)
+    for _ in range(2):
+        session.run({"data": w.x})
+        assert resident_bytes_of(transformed_file) == 0  # every streamed layer's pages given back
+    session.set_budget(1 << 30)  # generous: the planner pins what it can
+    # a pinned record's pages, and the one past it NCNN may over-read, stay mapped
+    pinned = sum(-(-t.size // PAGE) * PAGE + PAGE for t, p in zip(session.profile.tensors, session.plan.tensors)
+                 if t.transformed and p.pinned)
+    assert pinned > 0
+    session.run({"data": w.x})
+    assert 0 < resident_bytes_of(transformed_file) <= pinned
+
+
+def test_a_mapped_plan_holds_mapped_layers_in_a_page_window_above_the_arena(tmp_path: Path) -> None:
+    w = written("kernels", tmp_path)
+    session = Session(prepared(w, MAPPED))
+    plan, profile = session.plan, session.profile
+    planning.check_plan(profile, plan)
+    windowed = {t.layer for t in profile.tensors if t.transformed}
+    for t, p in zip(profile.tensors, plan.tensors):
+        if t.role == "weight" and t.layer in windowed:
+            assert p.offset >= plan.mapped_from and (p.offset - plan.mapped_from) % PAGE == 0
+        else:
+            assert p.offset + t.size <= plan.mapped_from
+    # a window weight moved below the window is refused by the checker
+    index = next(i for i, t in enumerate(profile.tensors) if t.transformed)
+    moved = list(plan.tensors)
+    moved[index] = planning.Placement(0, moved[index].load_after, moved[index].pinned)
+    with pytest.raises(planning.InvalidPlan, match="below the mapped window"):
+        planning.check_plan(profile, planning.Plan(plan.algorithm, plan.budget, plan.alignment, plan.arena_bytes,
+                                                   plan.lower_bound, tuple(moved), plan.dependencies, plan.mapped_from))
+
+
+def test_the_pread_path_still_reads_into_the_arena_and_a_session_can_choose_either(tmp_path: Path) -> None:
+    w = written("kernels", tmp_path)
+    ref = stock_output(w.param, w.bin, w.x)
+    path = prepared(w)
+    read = Session(path)
+    assert not read.map_weights and not read.plan.mapped
+    read.set_budget(tightest(read))
+    assert_close(read.run({"data": w.x})["output"], ref)
+    assert read.stats()["mapped_weight_bytes"] == [0]
+    assert read.stats()["arena_weight_bytes"][-1] == weight_bytes(read, True) + weight_bytes(read, False)
+    mapped = Session(path, map_weights=True)  # the same sidecar, re-planned with a window
+    assert mapped.plan.mapped
+    assert_close(mapped.run({"data": w.x})["output"], ref)
+    assert mapped.stats()["mapped_weight_bytes"][-1] > 0
+    direct = Session(path, direct_io=True)
+    assert_close(direct.run({"data": w.x})["output"], ref)
+
+
+def test_mapping_is_refused_without_pretransformed_weights_and_with_o_direct(tmp_path: Path) -> None:
+    w = written("convfc", tmp_path)
+    raw = prepared(w, RuntimeOptions(threads=2, pretransform=False))
+    with pytest.raises(UserError, match="mapped weights need pre-transformed weights"):
+        Session(raw, map_weights=True)
+    with pytest.raises(UserError, match="not read with O_DIRECT"):
+        Session(prepared(w, MAPPED), direct_io=True)
+    with pytest.raises(UserError, match="needs them"):
+        prepared(w, RuntimeOptions(threads=2, pretransform=False, map_weights=True))
+
+
+def test_a_mapped_sidecar_runs_from_the_command_line(tmp_path: Path) -> None:
+    from helpers import run_module
+    w = written("residual", tmp_path)
+    np.save(tmp_path / "x.npy", w.x)
+    plan = tmp_path / "m.plan.json"
+    out = run_module("prepare", str(w.param), "--budget", "min", "--threads", "2", "--map-weights", "-o", str(plan))
+    assert out.returncode == 0, out.stderr
+    got = run_module("run", str(plan), "--input", f"data={tmp_path / 'x.npy'}", "--output", str(tmp_path / "y.npz"))
+    assert got.returncode == 0, got.stderr
+    assert_close(np.load(tmp_path / "y.npz")["output"], stock_output(w.param, w.bin, w.x))
