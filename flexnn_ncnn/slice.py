@@ -8,7 +8,8 @@ and planned for the budget; when the plan does not fit, every layer's
 limit is tightened by the shortfall and the model sliced again, or the error names the smallest
 feasible budget found. `--budget min` (host) finds the smallest budget a slicing fits by bisection
 between the slicer's own lower bound and a budget confirmed to fit, each probe sliced, prepared and
-planned, and reports the probes and their time. With --analyze, prints the per-layer memory table
+planned, and reports the probes and their time (also recorded in the .slicing.json's `min_search`:
+each probe [bytes, fits] in order, and the seconds). With --analyze, prints the per-layer memory table
 instead.
 
 When part of the weights must be streamed on every inference, each Winograd layer is weighed against
@@ -184,12 +185,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for out in outputs:
         if out.resolve() in (args.param.resolve(), bin_path.resolve()):
             raise UserError(f"{out} would overwrite an input: choose another -o")
+    min_search = None  # with --budget min, the search, recorded in MODEL.flexnn.slicing.json
     if target.name == "host":
         outdir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=outdir, prefix=f".{stem}.slicing-") as scratch:
             if smallest:
                 found = smallest_budget(param, modelbin, graph, shapes, target, options, Path(scratch), stream)
-                budget, result = found.budget, found.result
+                budget, result, min_search = found.budget, found.result, found.search_json()
                 steps = ", ".join(f"{format_size(p.budget)} {'fits' if p.fits else 'no'}" for p in found.probes)
                 print(f"smallest budget: {format_size(budget)}, found in {len(found.probes)} probes and "
                       f"{found.seconds:.1f} s ({steps})")
@@ -200,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         assert budget is not None
         result = slice_model(param, modelbin, graph, shapes, budget, target, progress=True, stream=stream)
-    out_param, out_bin, out_json = write_sliced(result, outdir, stem)
+    out_param, out_bin, out_json = write_sliced(result, outdir, stem, min_search)
     print(summary_table(result))
     print(stream_line(result))
     print(f"{len(result.sliced)} of {len(result.decisions)} conv/matrix layers sliced or re-kerneled for target "

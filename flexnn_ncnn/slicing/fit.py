@@ -24,6 +24,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import planning
 from ..cli import UserError
@@ -132,6 +133,10 @@ class SmallestBudget:
     result: SlicingResult  # the slicing that fits it
     probes: tuple[Probe, ...]
     seconds: float
+
+    def search_json(self) -> dict[str, Any]:
+        """The search, as MODEL.flexnn.slicing.json's `min_search` records it: each probe [bytes, fits] in order."""
+        return {"probes": [[p.budget, p.fits] for p in self.probes], "seconds": self.seconds}
 
 
 def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], target: Target,

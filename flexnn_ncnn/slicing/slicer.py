@@ -6,6 +6,7 @@ import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -100,12 +101,17 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
                          stream, share)
 
 
-def write_sliced(result: SlicingResult, outdir: Path, stem: str) -> tuple[Path, Path, Path]:
-    """Write OUTDIR/STEM.flexnn.param, .flexnn.bin and .flexnn.slicing.json, all or none."""
+def write_sliced(result: SlicingResult, outdir: Path, stem: str,
+                 min_search: dict[str, Any] | None = None) -> tuple[Path, Path, Path]:
+    """Write OUTDIR/STEM.flexnn.param, .flexnn.bin and .flexnn.slicing.json, all or none; `min_search`
+    (fit.SmallestBudget.search_json) is recorded in the .slicing.json when the budget was searched."""
     out_param, out_bin = outdir / f"{stem}.flexnn.param", outdir / f"{stem}.flexnn.bin"
     out_json = outdir / f"{stem}.flexnn.slicing.json"
     param_text = result.param.format().encode()
-    decisions = (json.dumps(result.to_json(), indent=1) + "\n").encode()
+    record = result.to_json()
+    if min_search is not None:
+        record["min_search"] = min_search
+    decisions = (json.dumps(record, indent=1) + "\n").encode()
     try:
         outdir.mkdir(parents=True, exist_ok=True)
         atomic_write_all({out_param: lambda f: f.write(param_text), out_bin: result.modelbin.write,
