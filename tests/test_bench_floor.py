@@ -58,3 +58,24 @@ def test_the_model_floor_is_the_unsliced_run_s_and_the_budget_the_smallest_held(
 def test_without_an_unsliced_run_the_floor_is_unknown() -> None:
     floor = floor_summary([_summary("flexnn@3MB", "flexnn", 3 * 10**6, counted=10**6, floor=800_000)])
     assert floor.activation_floor_bytes is None and floor.min_budget == 3 * 10**6 and floor.min_budget_over_floor is None
+
+
+def test_the_searched_budget_is_preferred_and_the_grid_s_smallest_stands_in_when_it_did_not_hold() -> None:
+    searched = Summary("flexnn@min", "flexnn", 2_200_000, True, runs=1, counted_bytes=2_000_000, peak_over_idle_bytes=2_100_000,
+                       latency_median_ms=12.0, ratio_to_default=1.5, smallest=True,
+                       min_search={"probes": [[1_000_000, False], [2_200_000, True]], "seconds": 3.5})
+    grid = [_summary("flexnn@2MB", "flexnn", 2 * 10**6, counted=1_900_000, peak=1_950_000),  # held below the search's
+            _summary("flexnn@3MB", "flexnn", 3 * 10**6, counted=2_000_000, peak=2_000_000),
+            _summary("on-demand", "on-demand", None, floor=10**6)]
+    floor = floor_summary([searched, *grid])
+    assert (floor.min_budget, floor.min_budget_config, floor.found_by, floor.search_held) == (2_200_000, "flexnn@min", "search", True)
+    assert (floor.latency_median_ms, floor.ratio_to_default, floor.peak_over_idle_bytes) == (12.0, 1.5, 2_100_000)
+    assert (floor.search_probes, floor.search_seconds, floor.min_budget_over_floor) == (2, 3.5, 2.2)
+
+    over = Summary("flexnn@min", "flexnn", 2_200_000, True, runs=1, counted_bytes=2_000_000, peak_over_idle_bytes=2_300_000,
+                   smallest=True, min_search={"probes": [[2_200_000, True]], "seconds": 1.0})  # its peak RSS exceeded it
+    floor = floor_summary([over, *grid])
+    assert (floor.min_budget, floor.min_budget_config, floor.found_by, floor.search_held) == (2 * 10**6, "flexnn@2MB", "grid", False)
+    assert floor.search_probes is None and floor.peak_over_idle_bytes == 1_950_000
+    floor = floor_summary([over, grid[2]])
+    assert (floor.min_budget, floor.found_by, floor.search_held) == (None, None, False)

@@ -103,9 +103,11 @@ def test_runs_every_configuration_in_a_child_and_reports_ratios(tiny_model, fake
     # within it; the fake's peak is its real process's) is known, the floor is not
     held = [(b, n) for b, n in ((10**6, "flexnn@1MB"), (2 * 10**6, "flexnn@2MB")) if by_name[n]["peak_over_idle_bytes"] <= b]
     budget, config = held[0] if held else (None, None)
-    assert data["activation_floor"] == {"activation_floor_bytes": None, "min_budget": budget, "min_budget_config": config,
-                                        "min_budget_over_floor": None}
-    assert f"| squeezenet | - | {'-' if budget is None else f'{budget / 1e6:.1f}'} | - |" in md
+    floor = data["activation_floor"]
+    assert (floor["activation_floor_bytes"], floor["min_budget"], floor["min_budget_config"], floor["min_budget_over_floor"],
+            floor["search_held"]) == (None, budget, config, None, None)
+    assert floor["found_by"] == (None if budget is None else "grid")
+    assert f"| squeezenet | - | {'-' if budget is None else f'{budget / 1e6:.1f}'} | {'-' if budget is None else 'grid'} | - |" in md
 
 
 def test_wrong_output_and_crashing_child_fail_the_run(tiny_model, fake_runtime, tmp_path):
@@ -195,7 +197,7 @@ def test_flexnn_runs_alongside_the_baselines_by_default(tiny_model, tmp_path):
     rows = {row["config"]: row for row in csv.DictReader((tmp_path / "squeezenet.csv").open())}
     assert float(rows["flexnn@7MB"]["budget_over_floor"]) == pytest.approx(7 * 10**6 / floor["activation_floor_bytes"])
     assert rows["on-demand"]["activation_floor_bytes"] == str(floor["activation_floor_bytes"])
-    assert f"| squeezenet | {floor['activation_floor_bytes'] / 1e6:.1f} | 6.0 | {floor['min_budget_over_floor']:.2f} |" in (
+    assert f"| squeezenet | {floor['activation_floor_bytes'] / 1e6:.1f} | 6.0 | grid | {floor['min_budget_over_floor']:.2f} |" in (
         tmp_path / "RESULTS.md").read_text()
 
 
@@ -212,7 +214,7 @@ def test_summaries_pool_rounds_and_divide_by_the_default_median():
                   "hwm_reset": True, "outputs_npz": "x"}
         return harness.ChildRun(config, family, budget, round_, 0, record, sampled_rss_peak_bytes=150,
                                 page_cache_peak_bytes=7, max_rel_error=0.0)
-    cs = configs.configurations([10**6], ["flexnn"], ["ncnn-default"])
+    cs = configs.configurations(configs.Budgets([10**6]), ["flexnn"], ["ncnn-default"])
     runs = [run("ncnn-default", "ncnn-default", None, 0, [10, 12], 400), run("flexnn@1MB", "flexnn", 10**6, 0, [15], 200),
             run("ncnn-default", "ncnn-default", None, 1, [11], 500), run("flexnn@1MB", "flexnn", 10**6, 1, [16, 18], 300)]
     default, flexnn = harness.summarise(runs, cs)

@@ -7,6 +7,8 @@ any configuration crashed or computed a wrong output.
 
 FlexNN at each budget, On-Demand and SwapNet-style block streaming at each budget run in the FlexNN
 runtime (bench/flexnn_child.py: slice, prepare, plan, Session), alongside the stock baselines;
+`min` among --budgets adds FlexNN at the smallest budget `slice --budget min` finds (flexnn@min), which the
+floor summary reports beside the activation floor with the latency there and the search's probes and time;
 --ablation adds FlexNN without the static arena, without preloading, and without both (Fig. 13);
 --runtime-command replaces the runtime's child (see docs/EVALUATION.md). A budget below SwapNet's smallest is reported, not failed. `--ingest DIR` reads
 JSON lines measured on a device (scripts/adb_bench.sh) instead of running anything here.
@@ -23,7 +25,6 @@ from typing import Any, Sequence
 
 from ..cli import UserError, add_logging_args, run_main, setup_logging
 from ..models import DEFAULT_BENCHMARK_DIR, file_stem, generate, read_description
-from ..plan import parse_budgets
 from ..units import format_size
 from . import configs, harness, report
 
@@ -47,21 +48,37 @@ def model_description(name: str, models_dir: Path, seed: int, tiny: bool, benchm
 def _print_summaries(result: harness.BenchResult) -> None:
     print(f"{result.model['name']}:")
     for s in result.summaries:
+        label = report.config_label(s.config, s.budget, s.smallest)
         if s.infeasible and s.ok:
-            print(f"  {s.config:24} infeasible: {s.infeasible}")
+            print(f"  {label:24} infeasible: {s.infeasible}")
             continue
         if s.latency_median_ms is None:
-            print(f"  {s.config:24} FAILED: {'; '.join(s.errors)}")
+            print(f"  {label:24} FAILED: {'; '.join(s.errors)}")
             continue
         ratio = f"{s.ratio_to_default:.3f}x" if s.ratio_to_default is not None else "-"
-        print(f"  {s.config:24} {s.latency_median_ms:9.2f} ms ({ratio} NCNN-Default)  peak RSS over idle "
+        print(f"  {label:24} {s.latency_median_ms:9.2f} ms ({ratio} NCNN-Default)  peak RSS over idle "
               f"{format_size(s.peak_over_idle_bytes or 0)}  max rel. error {s.max_rel_error:.1e}"
               + ("" if s.ok else f"  FAILED: {'; '.join(s.errors)}"))
     floor = harness.floor_summary(result.summaries)
-    if floor.activation_floor_bytes is not None:
-        held = ("" if floor.min_budget is None else
-                f"; smallest budget FlexNN held {format_size(floor.min_budget)} ({floor.min_budget_over_floor:.2f}x the floor)")
-        print(f"  activation floor {format_size(floor.activation_floor_bytes)}{held}")
+    parts = [] if floor.activation_floor_bytes is None else [f"activation floor {format_size(floor.activation_floor_bytes)}"]
+    if floor.min_budget is not None:
+        over = "" if floor.min_budget_over_floor is None else f"{floor.min_budget_over_floor:.2f}x the floor, "
+        latency = "-" if floor.latency_median_ms is None else f"{floor.latency_median_ms:.2f} ms"
+        ratio = "-" if floor.ratio_to_default is None else f"{floor.ratio_to_default:.3f}x"
+        parts.append(f"smallest budget FlexNN held {format_size(floor.min_budget)} ({over}{_found_by(floor)}): {latency} "
+                     f"({ratio} NCNN-Default), peak RSS over idle {format_size(floor.peak_over_idle_bytes or 0)}")
+    elif floor.search_held is False:
+        parts.append("flexnn@min did not hold its budget")
+    if parts:
+        print("  " + "; ".join(parts))
+
+
+def _found_by(floor: harness.FloorSummary) -> str:
+    """Where the smallest budget comes from, in words."""
+    if floor.found_by == "search":
+        return "flexnn@min's search" + ("" if floor.search_probes is None else
+                                        f": {floor.search_probes} probes in {floor.search_seconds or 0:.1f} s")
+    return f"the grid's smallest, {floor.min_budget_config}" + ("; flexnn@min did not hold" if floor.search_held is False else "")
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -76,8 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True,
                         help="comma-separated zoo names, struct:NAME, bench:NAME, or model .json paths (python -m flexnn_ncnn.models --list)")
-    parser.add_argument("--budgets", type=parse_budgets, default=[],
-                        help=f"comma-separated budgets for {', '.join(configs.BUDGETED)}, e.g. 35MB,50MB,100MB")
+    parser.add_argument("--budgets", type=configs.parse_budgets, default=configs.Budgets([]),
+                        help=f"comma-separated budgets for {', '.join(configs.BUDGETED)}, e.g. 35MB,50MB,100MB; "
+                             f"`{configs.MIN}` ({', '.join(configs.SEARCHED)}): the smallest budget its slicing fits, "
+                             f"found by `slice --budget {configs.MIN}`")
     parser.add_argument("--modes", default=None,
                         help=f"runtime configurations ({', '.join(configs.RUNTIME_MODES)}); default: "
                              f"{','.join(configs.DEFAULT_RUNTIME_MODES)}")
@@ -112,14 +131,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.modes is not None:
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     else:  # the budgeted modes at each budget, when budgets are given
-        modes = [m for m in configs.DEFAULT_RUNTIME_MODES if m not in configs.BUDGETED or args.budgets]
+        modes = [m for m in configs.DEFAULT_RUNTIME_MODES if m not in configs.BUDGETED or args.budgets.sizes
+                 or (args.budgets.smallest and m in configs.SEARCHED)]
     if args.ablation:
         modes += [m for m in configs.ABLATIONS if m not in modes]
     budgeted = [m for m in modes if m in configs.BUDGETED]
-    if budgeted and not args.budgets:
+    if budgeted and not (args.budgets.sizes or args.budgets.smallest):
         raise UserError(f"{', '.join(budgeted)} run at each budget: they need --budgets, e.g. --budgets 35MB,50MB,100MB")
     baselines = None if args.baselines is None else [b.strip() for b in args.baselines.split(",") if b.strip()]
-    for b in args.budgets:
+    configurations = configs.configurations(args.budgets, modes, baselines)
+    if args.budgets.smallest:
+        unsearched = [m for m in budgeted if m not in configs.SEARCHED]
+        print(f"budget {configs.MIN}: the smallest {', '.join(configs.SEARCHED)} fits, found by its child"
+              + (f" ({', '.join(unsearched)} run at the other budgets only)" if unsearched else ""))
+    for b in args.budgets.sizes:
         print(f"budget {format_size(b)}")
 
     failed: list[str] = []
@@ -131,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.ingest:
             result = harness.ingest_records(description, _read_jsonl(args.ingest / "results.jsonl"), settings, args.ingest, args.fp16)
         else:
-            result = harness.run_benchmark(description, configs.configurations(args.budgets, modes, baselines), settings, args.rounds,
+            result = harness.run_benchmark(description, configurations, settings, args.rounds,
                                            runtime, workdir=args.output / "outputs" / stem)
         path = report.write_model_report(result, args.output)
         _print_summaries(result)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..cli import UserError
+from ..units import parse_size
 
 
 @dataclass(frozen=True)
@@ -58,13 +59,35 @@ RUNTIME_COMMAND = (
     "--warmup {warmup} --loops {loops} --seed {seed} --fp16 {fp16} --cpus {cpus} --outputs {outputs}")
 
 
+# a budget on --budgets: FlexNN's smallest, found by the child (`slice --budget min`); `flexnn` only
+MIN = "min"
+SEARCHED = ("flexnn",)
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """--budgets: sizes in bytes for every BUDGETED mode, and whether `min` was among them."""
+
+    sizes: list[int]
+    smallest: bool = False
+
+
+def parse_budgets(text: str) -> Budgets:
+    """`min,35MB,50MB` -> Budgets([35000000, 50000000], smallest=True)."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    return Budgets([parse_size(part) for part in parts if part != MIN], MIN in parts)
+
+
 @dataclass(frozen=True)
 class Configuration:
     family: str                 # a STOCK_CONFIGS key or a RUNTIME_MODES key
     budget: int | None = None   # bytes, for BUDGETED modes
+    smallest: bool = False      # at the smallest budget the child finds (a SEARCHED mode; budget None)
 
     @property
     def name(self) -> str:
+        if self.smallest:
+            return f"{self.family}@{MIN}"
         return self.family if self.budget is None else f"{self.family}@{self.budget / 1e6:g}MB"
 
     @property
@@ -83,8 +106,9 @@ class ChildSettings:
     cpus: str = ""              # computing CPUs ("" = any)
 
 
-def configurations(budgets: list[int], runtime_modes: list[str], baselines: list[str] | None = None) -> list[Configuration]:
-    """The stock baselines (NCNN-Default always, first), then each runtime mode (per budget where budgeted)."""
+def configurations(budgets: Budgets, runtime_modes: list[str], baselines: list[str] | None = None) -> list[Configuration]:
+    """The stock baselines (NCNN-Default always, first), then each runtime mode (per budget where budgeted:
+    a SEARCHED mode first at `min` when asked, then at each size; the other budgeted modes at the sizes)."""
     for name in baselines or []:
         if name not in STOCK_CONFIGS:
             raise UserError(f"unknown baseline {name!r}: {', '.join(STOCK_CONFIGS)}")
@@ -92,15 +116,24 @@ def configurations(budgets: list[int], runtime_modes: list[str], baselines: list
     for mode in runtime_modes:
         if mode not in RUNTIME_MODES:
             raise UserError(f"unknown configuration {mode!r}: {', '.join(RUNTIME_MODES)}")
-        out += [Configuration(mode, b) for b in budgets] if mode in BUDGETED else [Configuration(mode)]
+        if mode not in BUDGETED:
+            out.append(Configuration(mode))
+            continue
+        if not budgets.sizes and mode not in SEARCHED:
+            raise UserError(f"{mode} runs at budgets in bytes; {MIN} is for {', '.join(SEARCHED)} alone: "
+                            f"add one, e.g. --budgets {MIN},35MB")
+        if budgets.smallest and mode in SEARCHED:
+            out.append(Configuration(mode, smallest=True))
+        out += [Configuration(mode, b) for b in budgets.sizes]
     return out
 
 
 def runtime_fields(config: Configuration, settings: ChildSettings, outputs: Path) -> dict[str, str]:
-    """What a runtime command template may use; `{budget}` is bytes, empty for unbudgeted modes."""
-    return {"python": sys.executable, "model": str(settings.model_json), "mode": config.family,
-            "budget": "" if config.budget is None else str(config.budget), "threads": str(settings.threads),
-            "warmup": str(settings.warmup), "loops": str(settings.loops), "seed": str(settings.seed),
+    """What a runtime command template may use; `{budget}` is bytes, `min` for the smallest the child
+    finds, empty for unbudgeted modes."""
+    budget = MIN if config.smallest else "" if config.budget is None else str(config.budget)
+    return {"python": sys.executable, "model": str(settings.model_json), "mode": config.family, "budget": budget,
+            "threads": str(settings.threads), "warmup": str(settings.warmup), "loops": str(settings.loops), "seed": str(settings.seed),
             "fp16": "1" if settings.fp16 else "0", "cpus": settings.cpus, "outputs": str(outputs)}
 
 

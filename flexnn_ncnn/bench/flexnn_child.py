@@ -6,6 +6,9 @@ through the real pipeline in separate processes, so this process's memory is the
 - `flexnn` (budget B): `python -m flexnn_ncnn.slice --no-fp16` at B (fp32 math, the benchmark's
   default; on the host it prepares and plans too, tightening the slicing until the plan fits), then a
   `Session` on its sidecar: weights stream in on the loading thread, loading overlaps computing.
+  `--budget min`: `slice --budget min` finds the smallest budget a slicing fits, and the session runs
+  at it; the JSON line's `budget` is that budget and `min_search` the search that found it (its probes
+  `[bytes, fits]` and seconds, as slice records them in MODEL.flexnn.slicing.json and the sidecar).
 - `flexnn-no-mem` (budget B, Fig. 13's w.o.mem): the same sidecar and schedule without the static
   arena: every buffer a heap block from request to release, a layer's weights freed once it computed.
 - `flexnn-no-preload` (budget B, Fig. 13's w.o.preload): the same sidecar, each layer's load also
@@ -46,7 +49,7 @@ import numpy as np
 from .. import planning, sidecar
 from ..cli import UserError, run_main, setup_logging
 from . import pagecache, swapnet
-from .configs import BUDGETED, MAY_BE_INFEASIBLE, RUNTIME_MODES, UNSLICED
+from .configs import BUDGETED, MAY_BE_INFEASIBLE, MIN, RUNTIME_MODES, SEARCHED, UNSLICED
 from .floor import activation_floor
 from .measure import add_run_args, apply_run_args, model_inputs, reset_peak_rss, status_bytes
 
@@ -77,9 +80,10 @@ def _cli_error(verb: str, proc: subprocess.CompletedProcess[str]) -> str:
     return last.removeprefix("error: ")
 
 
-def prepare_for(description: dict[str, Any], mode: str, budget: int | None, threads: int, fp16: bool, workdir: Path) -> Prepared:
-    """Slice (the sliced modes) and prepare the model in `workdir`: the sidecar the session runs (for
-    `swapnet`, the one its plan is made from)."""
+def prepare_for(description: dict[str, Any], mode: str, budget: int | str | None, threads: int, fp16: bool,
+                workdir: Path) -> Prepared:
+    """Slice (the sliced modes; `budget` bytes or MIN) and prepare the model in `workdir`: the sidecar
+    the session runs (for `swapnet`, the one its plan is made from)."""
     param, bin_path = Path(description["param"]), Path(description["bin"])
     if len(description["inputs"]) != 1:
         raise UserError(f"{param}: the runtime child takes models with one input, this one has {len(description['inputs'])}")
@@ -109,7 +113,7 @@ def prepare_for(description: dict[str, Any], mode: str, budget: int | None, thre
     return Prepared(out, slice_ms, prepare_ms)
 
 
-def plan_for(mode: str, budget: int | None, prepared: Path) -> tuple[Path, sidecar.Sidecar, float]:
+def plan_for(mode: str, budget: int | str | None, prepared: Path) -> tuple[Path, sidecar.Sidecar, float]:
     """The sidecar the session runs, its content, and the planning time in ms: prepare's sidecar, its
     plan made again only to time the planner; for `swapnet`, a copy beside it holding the block-streaming
     plan for `budget`. Raises InfeasibleBudget when that layout does not fit the budget."""
@@ -118,7 +122,7 @@ def plan_for(mode: str, budget: int | None, prepared: Path) -> tuple[Path, sidec
     if mode != "swapnet":
         planning.plan_for_budget(content.profile, content.plan.budget, reserved=content.reserved_bytes)
         return prepared, content, (time.perf_counter() - start) * 1e3
-    assert budget is not None
+    assert isinstance(budget, int)
     plan = swapnet.swapnet_plan(content.profile, budget, reserved=content.reserved_bytes)
     plan_ms = (time.perf_counter() - start) * 1e3
     content = sidecar.with_plans(content, plan, ())
@@ -127,7 +131,7 @@ def plan_for(mode: str, budget: int | None, prepared: Path) -> tuple[Path, sidec
     return path, content, plan_ms
 
 
-def measure(description: dict[str, Any], mode: str, budget: int | None, threads: int, warmup: int, loops: int, seed: int,
+def measure(description: dict[str, Any], mode: str, budget: int | str | None, threads: int, warmup: int, loops: int, seed: int,
             fp16: bool, outputs_npz: Path) -> dict[str, Any]:
     from ..session import Session  # the native module: imported before the idle RSS is read
 
@@ -170,6 +174,8 @@ def measure(description: dict[str, Any], mode: str, budget: int | None, threads:
               "load_wait_ms": [us / 1e3 for us in stats["load_wait_us"][timed]],
               "budget": content.plan.budget, "plan_ms": plan_ms, "activation_floor_bytes": activation_floor(content.profile),
               "transformed_weight_bytes": transformed_bytes}
+    if budget == MIN:  # the search `slice` recorded in its decisions, which the sidecar carries
+        record["min_search"] = content.slicing["min_search"]
     for key, value in (("slice_ms", prepared.slice_ms), ("prepare_ms", prepared.prepare_ms)):
         if value is not None:
             record[key] = value
@@ -181,7 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.bench.flexnn_child", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="the model's .json (python -m flexnn_ncnn.models)")
     parser.add_argument("--mode", choices=MODES, default="flexnn", help="which runtime configuration (default flexnn)")
-    parser.add_argument("--budget", default="", help=f"bytes, for {', '.join(BUDGETED)} (empty for the others)")
+    parser.add_argument("--budget", default="", help=f"bytes, for {', '.join(BUDGETED)} (empty for the others); "
+                                                     f"{MIN} ({', '.join(SEARCHED)}): the smallest its slicing fits")
     parser.add_argument("--fp16", choices=("0", "1"), default="0", help="1: NCNN's fp16 storage/arithmetic where the CPU has it")
     add_run_args(parser)
     args = parser.parse_args(argv)
@@ -189,7 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     apply_run_args(args)
     if (args.mode in BUDGETED) != bool(args.budget):
         raise UserError(f"--mode {args.mode} " + ("needs --budget" if args.mode in BUDGETED else "takes no --budget"))
-    budget = int(args.budget) if args.budget else None
+    if args.budget == MIN and args.mode not in SEARCHED:
+        raise UserError(f"--budget {MIN} is for --mode {', '.join(SEARCHED)}: --mode {args.mode} takes bytes")
+    budget = args.budget if args.budget == MIN else int(args.budget) if args.budget else None
     record = measure(read_description(args.model), args.mode, budget, args.threads, args.warmup, args.loops, args.seed,
                      args.fp16 == "1", args.outputs)
     print(json.dumps(record), flush=True)

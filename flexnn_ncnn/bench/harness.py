@@ -92,17 +92,27 @@ class Summary:
     max_rel_error: float | None = None
     activation_floor_bytes: int | None = None        # of the profile the child ran (bench/floor.py), if it reports one
     infeasible: str = ""                             # the budget is below what this baseline accepts: nothing measured
+    smallest: bool = False                           # at the smallest budget its child found (`flexnn@min`): `budget` is it
+    min_search: dict[str, Any] | None = None         # that child's search ({"probes": [[bytes, fits], ...], "seconds"})
     overhead: dict[str, float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class FloorSummary:
-    """A model's activation floor beside the smallest budget FlexNN ran within (issue 5's target ratio 1.5-2x)."""
+    """A model's activation floor beside the smallest budget FlexNN ran within (issue 5's target ratio 1.5-2x),
+    and how FlexNN ran there."""
 
     activation_floor_bytes: int | None  # the model's own: reported by an UNSLICED configuration's child
     min_budget: int | None              # the smallest budget of a `flexnn` run with correct outputs, counted within it
     min_budget_config: str | None
+    found_by: str | None = None         # "search": flexnn@min's (`slice --budget min`); "grid": the smallest --budgets held
+    search_held: bool | None = None     # whether flexnn@min held its budget (None: it did not run)
+    latency_median_ms: float | None = None  # of the configuration at min_budget
+    ratio_to_default: float | None = None
+    peak_over_idle_bytes: int | None = None
+    search_probes: int | None = None    # flexnn@min's search, when it is the one at min_budget
+    search_seconds: float | None = None
 
     @property
     def min_budget_over_floor(self) -> float | None:
@@ -117,13 +127,20 @@ class FloorSummary:
 def floor_summary(summaries: list[Summary]) -> FloorSummary:
     """The floor reported by the configurations that ran the model unsliced, and the smallest budget measured
     to hold: a `flexnn` configuration whose runs all passed and whose counted memory and peak RSS over
-    idle (each where reported) fit it."""
+    idle (each where reported) fit it; flexnn@min's when it held, else the grid's smallest."""
     floors = [s.activation_floor_bytes for s in summaries if s.family in UNSLICED and s.activation_floor_bytes is not None]
     held = [s for s in summaries if s.family == "flexnn" and s.ok and s.budget is not None
             and all(b is None or b <= s.budget for b in (s.counted_bytes, s.peak_over_idle_bytes))]
-    smallest = min(held, key=lambda s: s.budget or 0, default=None)
-    return FloorSummary(max(floors) if floors else None, smallest.budget if smallest else None,
-                        smallest.config if smallest else None)
+    searched = [s for s in summaries if s.family == "flexnn" and s.smallest]
+    chosen = next((s for s in held if s.smallest), None) or min(held, key=lambda s: s.budget or 0, default=None)
+    floor = max(floors) if floors else None
+    if chosen is None:
+        return FloorSummary(floor, None, None, search_held=False if searched else None)
+    search = chosen.min_search or {}
+    return FloorSummary(floor, chosen.budget, chosen.config, "search" if chosen.smallest else "grid",
+                        chosen.smallest if searched else None, chosen.latency_median_ms, chosen.ratio_to_default,
+                        chosen.peak_over_idle_bytes, len(search["probes"]) if "probes" in search else None,
+                        search.get("seconds"))
 
 
 @dataclass
@@ -276,6 +293,12 @@ def run_child(config: Configuration, settings: ChildSettings, description: dict[
         else:
             run.error = f"refused its budget: {run.record['infeasible']}"
         return run
+    if config.smallest:  # the budget is the one the child found
+        found = run.record.get("budget")
+        if not isinstance(found, int) or found <= 0:
+            run.error = f"reported no budget: {config.name}'s child must report the budget it found as `budget`"
+            return run
+        run.budget = found
     check_outputs(run, oracle, tolerance)
     return run
 
@@ -310,9 +333,17 @@ def summarise(runs: list[ChildRun], configs: list[Configuration]) -> list[Summar
     for config in configs:
         mine = [r for r in runs if r.config == config.name]
         good = [r for r in mine if r.ok and r.record and not r.infeasible]
-        s = Summary(config.name, config.family, config.budget, ok=bool(mine) and all(r.ok for r in mine),
+        budget, search = config.budget, None
+        if config.smallest:  # each round's child searched again: the largest budget found, where they differ
+            found = sorted({r.budget for r in good if r.budget is not None})
+            if len(found) > 1:
+                log.warning("%s: the rounds found different budgets: %s", config.name, ", ".join(map(format_size, found)))
+            budget = found[-1] if found else None
+            search = next((r.record.get("min_search") for r in good if r.record and r.budget == budget), None)
+        s = Summary(config.name, config.family, budget, ok=bool(mine) and all(r.ok for r in mine),
                     runs=len(mine), infeasible=next((r.infeasible for r in mine if r.infeasible), ""),
-                    errors=[f"round {r.round}: {r.error}" for r in mine if not r.ok])
+                    errors=[f"round {r.round}: {r.error}" for r in mine if not r.ok], smallest=config.smallest,
+                    min_search=search)
         if good:
             latencies = [v for r in good for v in r.record["latency_ms"]]
             s.latency_median_ms = statistics.median(latencies)

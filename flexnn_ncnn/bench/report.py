@@ -183,6 +183,11 @@ def write_model_report(result: BenchResult, outdir: Path) -> Path:
     return json_path
 
 
+def config_label(config: str, budget: int | None, smallest: bool) -> str:
+    """A configuration's name; flexnn@min's with the budget its child found."""
+    return f"{config} ({_mb(budget)} MB)" if smallest and budget else config
+
+
 def _model_section(data: dict[str, Any], outdir: Path, md_dir: Path) -> list[str]:
     model, settings = data["model"], data["settings"]
     stem = file_stem(model["name"])
@@ -203,7 +208,8 @@ def _model_section(data: dict[str, Any], outdir: Path, md_dir: Path) -> list[str
         ratio = "-" if s["ratio_to_default"] is None else f"{s['ratio_to_default']:.3f}"
         err = "-" if s["max_rel_error"] is None else f"{s['max_rel_error']:.1e}"
         ok = "FAILED" if not s["ok"] else "infeasible" if s.get("infeasible") else "yes"  # older results lack `infeasible`
-        lines.append(f"| {s['config']} | {ok} | {spread} | {ratio} | {_mb(s['peak_over_idle_bytes'])} "
+        label = config_label(s["config"], s["budget"], s.get("smallest", False))  # older results lack `smallest`
+        lines.append(f"| {label} | {ok} | {spread} | {ratio} | {_mb(s['peak_over_idle_bytes'])} "
                      f"| {_mb(s['sampled_over_idle_bytes'])} | {_mb(s['page_cache_peak_bytes'])} | {_mb(s['counted_bytes'])} "
                      f"| {_ms(s['load_ms'])} | {err} |")
     with_overhead = [s for s in data["summaries"] if s.get("overhead")]
@@ -225,17 +231,34 @@ def _model_section(data: dict[str, Any], outdir: Path, md_dir: Path) -> list[str
     return lines + [""]
 
 
+def _found_by(f: dict[str, Any]) -> str:
+    """Where a floor row's smallest budget comes from: flexnn@min's search, or the grid's smallest held."""
+    if f.get("found_by") == "search":
+        return "search"
+    grid = "grid" if f.get("min_budget") is not None else "-"
+    return grid + (" (flexnn@min did not hold)" if f.get("search_held") is False else "")
+
+
 def _floor_table(results: list[dict[str, Any]]) -> list[str]:
-    """Per model: the activation floor (bench/floor.py) beside the smallest budget FlexNN ran within."""
-    lines = ["| model | activation floor MB | smallest budget FlexNN held MB | budget / floor |", "|---|---|---|---|"]
+    """Per model: the activation floor (bench/floor.py) beside the smallest budget FlexNN ran within, and
+    how it ran there."""
+    lines = ["| model | activation floor MB | smallest budget FlexNN held MB | found by | budget / floor | latency ms "
+             "| x NCNN-Default | peak RSS over idle MB | search probes | search s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for data in results:
         f = data.get("activation_floor") or {}  # absent from results written before it was measured
-        ratio = f.get("min_budget_over_floor")
+        # FlexNN at that budget: its configuration's summary (results written before the floor named them have it too)
+        at = next((s for s in data["summaries"] if s["config"] == f.get("min_budget_config")), {})
+        ratio, latency_ratio, seconds = f.get("min_budget_over_floor"), at.get("ratio_to_default"), f.get("search_seconds")
         lines.append(f"| {data['model']['name']} | {_mb(f.get('activation_floor_bytes'))} | {_mb(f.get('min_budget'))} "
-                     f"| {'-' if ratio is None else f'{ratio:.2f}'} |")
+                     f"| {_found_by(f)} | {'-' if ratio is None else f'{ratio:.2f}'} | {_ms(at.get('latency_median_ms'))} "
+                     f"| {'-' if latency_ratio is None else f'{latency_ratio:.3f}'} | {_mb(at.get('peak_over_idle_bytes'))} "
+                     f"| {f.get('search_probes') or '-'} | {'-' if seconds is None else f'{seconds:.0f}'} |")
     return lines + ["", "The floor is the most bytes of activations that coexist at any step of the unsliced model's "
-                    f"profile (reported by the {' or '.join(UNSLICED)} run): no slicing goes below it. The budget is the smallest "
-                    "of this run's grid at which FlexNN's outputs matched and its counted memory fit.", ""]
+                    f"profile (reported by the {' or '.join(UNSLICED)} run): no slicing goes below it. The smallest budget is "
+                    "`flexnn@min`'s when it ran and held (found by `slice --budget min`'s search: its probes and seconds), "
+                    "else the smallest of the run's grid; held means FlexNN's outputs matched and its counted memory and peak "
+                    "RSS over idle fit it. Latency, its ratio to NCNN-Default and the peak RSS over idle are FlexNN's at that "
+                    "budget.", ""]
 
 
 def render_results_md(outdir: Path, md_path: Path) -> None:
