@@ -54,7 +54,7 @@ def test_mapped_weights_under_a_sanitizer_report_nothing(sanitizer: str, model: 
     program = built(f"host-{sanitizer}", "native", "tests_native", "runtime_stress")
     report = stress([], program, tmp_path, 2, 200, WRITERS[model], "map_weights=1", "canaries=1",
                     budgets=("min", "min*3", "100000000"))
-    assert report["inferences"] == 200 and report["budgets"] == 3
+    assert report["inferences"] == 200 and report["budgets"] == 3 and report["mapped_weight_bytes_total"] > 0
 
 
 def write_detector(folder: Path):

@@ -154,6 +154,7 @@ int main(int argc, char** argv)
         return fail(s.message());
     ncnn::Mat first;
     double load_wait_us = 0;
+    uint64_t mapped_weight_bytes = 0;
     std::unique_ptr<Observer> observer; // from the first plan on
     for (int i = 0; i < inferences; i++)
     {
@@ -175,6 +176,7 @@ int main(int argc, char** argv)
         else if (!same(outputs.front().second, first))
             return fail("inference " + std::to_string(i) + " differs from the first");
         load_wait_us += stats.load_wait_us;
+        mapped_weight_bytes += stats.mapped_weight_bytes;
     }
     if (observer)
     {
@@ -189,7 +191,8 @@ int main(int argc, char** argv)
         if (!s.ok())
             return fail(s.message());
     }
-    printf("{\"inferences\": %d, \"budgets\": %zu, \"load_wait_us_total\": %.1f, \"observations\": %ld}\n", inferences,
-           budgets.size(), load_wait_us, observations);
+    printf("{\"inferences\": %d, \"budgets\": %zu, \"load_wait_us_total\": %.1f, \"observations\": %ld, "
+           "\"mapped_weight_bytes_total\": %llu}\n",
+           inferences, budgets.size(), load_wait_us, observations, (unsigned long long)mapped_weight_bytes);
     return 0;
 }
