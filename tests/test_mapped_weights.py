@@ -17,6 +17,7 @@ import pytest
 
 from flexnn_ncnn import Session, planning
 from flexnn_ncnn.cli import UserError
+from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.planning import ARENA_MARGIN
 from flexnn_ncnn.prepare import RuntimeOptions
 from helpers import assert_counted_within_budget, stock_output
@@ -158,3 +159,23 @@ def test_a_mapped_sidecar_runs_from_the_command_line(tmp_path: Path) -> None:
     got = run_module("run", str(plan), "--input", f"data={tmp_path / 'x.npy'}", "--output", str(tmp_path / "y.npz"))
     assert got.returncode == 0, got.stderr
     assert_close(np.load(tmp_path / "y.npz")["output"], stock_output(w.param, w.bin, w.x))
+
+
+@pytest.mark.parametrize("name", ["kernels", "residual"])
+def test_the_ncnn_mmap_baseline_equals_stock_ncnn(name: str, tmp_path: Path) -> None:
+    """The user's alternative (bench config ncnn-mmap): NCNN's own Net on the memory-mapped .bin."""
+    import json
+    from helpers import run_module
+    w = written(name, tmp_path)
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps({"name": name, "param": w.param.name, "bin": w.bin.name, "outputs": ["output"],
+                                 "inputs": [{"name": "data", "shape": list(w.x.shape)}]}))
+    outputs = tmp_path / "out.npz"
+    proc = run_module("bench.measure", "--model", str(model), "--config", "ncnn-mmap", "--threads", "2", "--warmup", "0",
+                      "--loops", "2", "--seed", "0", "--outputs", str(outputs))
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["config"] == "ncnn-mmap" and len(record["latency_ms"]) == 2
+    x = np.random.default_rng(0).standard_normal(w.x.shape).astype(np.float32)  # the child's seeded input
+    ref = run_stock(w.param, w.bin, {"data": x}, ["output"], fp32=True)["output"]  # the child's fp32 math
+    assert_close(np.load(outputs)["output"], ref)

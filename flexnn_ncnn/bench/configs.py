@@ -23,6 +23,9 @@ class StockOptions:
     winograd: bool
     sgemm: bool
     packing: bool
+    # NCNN's Net on the memory-mapped .bin (load_model from memory: raw weights zero-copy, lightmode),
+    # the patched build's, whose patches are inert without the runtime (runtime/mapped_net.h)
+    mapped: bool = False
 
 
 # NCNN-Default is first: every ratio is to it
@@ -30,6 +33,7 @@ STOCK_CONFIGS = {
     "ncnn-default": StockOptions(winograd=True, sgemm=True, packing=True),
     "ncnn-direct": StockOptions(winograd=False, sgemm=False, packing=True),
     "paper-parity": StockOptions(winograd=True, sgemm=True, packing=False),  # packing off, as the paper's NCNN 2023-03 runs
+    "ncnn-mmap": StockOptions(winograd=True, sgemm=True, packing=True, mapped=True),  # the llama.cpp way
 }
 REFERENCE = "ncnn-default"
 

@@ -35,7 +35,27 @@ def model_inputs(description: dict[str, Any], seed: int) -> dict[str, np.ndarray
     return {i["name"]: rng.standard_normal(i["shape"]).astype(np.float32) for i in description["inputs"]}
 
 
+class _MappedNet:
+    """The `ncnn-mmap` baseline: NCNN's Net on the memory-mapped .bin (the native module's MappedNet)."""
+
+    def __init__(self, param: Path, bin_: Path, options: StockOptions, threads: int, fp16: bool):
+        from .. import native
+        try:
+            self._net = native.load().MappedNet(str(param), str(bin_), threads=threads, packing=options.packing,
+                                                winograd=options.winograd, sgemm=options.sgemm, fp16=fp16)
+        except RuntimeError as e:
+            raise UserError(str(e)) from None
+
+    def forward(self, inputs: dict[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
+        try:
+            return dict(self._net.run(inputs, list(outputs)))
+        except RuntimeError as e:
+            raise UserError(str(e)) from None
+
+
 def _stock_net(param: Path, bin_: Path, options: StockOptions, threads: int, fp16: bool):
+    if options.mapped:
+        return _MappedNet(param, bin_, options, threads, fp16)
     import ncnn  # type: ignore[import-not-found]
     net = ncnn.Net()
     net.opt.use_vulkan_compute = False
@@ -52,6 +72,8 @@ def _stock_net(param: Path, bin_: Path, options: StockOptions, threads: int, fp1
 
 
 def _stock_forward(net, inputs: dict[str, np.ndarray], outputs: Sequence[str]) -> dict[str, np.ndarray]:
+    if isinstance(net, _MappedNet):
+        return net.forward(inputs, outputs)
     import ncnn  # type: ignore[import-not-found]
     ex = net.create_extractor()
     for name, array in inputs.items():
@@ -68,7 +90,13 @@ def _stock_forward(net, inputs: dict[str, np.ndarray], outputs: Sequence[str]) -
 def measure_stock(description: dict[str, Any], config: str, threads: int, warmup: int, loops: int, seed: int,
                   fp16: bool, outputs_npz: Path) -> dict[str, Any]:
     """One stock-NCNN baseline: its options from STOCK_CONFIGS, the model loaded once."""
-    import ncnn  # noqa: F401  (imported before the idle RSS is read)
+    # imported before the idle RSS is read; one of them only: two OpenMP runtimes in one process
+    # would fight over the cores
+    if STOCK_CONFIGS[config].mapped:
+        from .. import native
+        native.load()
+    else:
+        import ncnn  # noqa: F401
     inputs = model_inputs(description, seed)
     rss_idle = status_bytes("VmRSS")
     hwm_reset = reset_peak_rss()

@@ -5,6 +5,7 @@
 #include "runtime/cpu_clusters.h"
 #include "runtime/executor.h"
 #include "runtime/heap_policy.h"
+#include "runtime/mapped_net.h"
 #include "runtime/profiler.h"
 #include "runtime/stock_run.h"
 #include "runtime/tensor.h"
@@ -253,6 +254,31 @@ private:
     std::unique_ptr<flexnn::Executor> executor_;
 };
 
+// NCNN's own Net on a memory-mapped .bin (runtime/mapped_net.h): the mmap baseline.
+class PyMappedNet
+{
+public:
+    PyMappedNet(const std::string& param, const std::string& bin, int threads, bool packing, bool winograd, bool sgemm, bool fp16)
+    {
+        const flexnn::RuntimeOptions options = runtime_options(threads, packing, winograd, sgemm, fp16, "any", false);
+        py::gil_scoped_release unlocked;
+        check(flexnn::MappedNet::open(param, bin, options, net_));
+    }
+    py::dict run(const py::dict& inputs, const std::vector<std::string>& outputs)
+    {
+        const flexnn::NamedMats mats = named_mats(inputs);
+        flexnn::NamedMats out;
+        {
+            py::gil_scoped_release unlocked;
+            check(net_->run(mats, outputs, out));
+        }
+        return arrays(out);
+    }
+
+private:
+    std::unique_ptr<flexnn::MappedNet> net_;
+};
+
 } // namespace
 
 PYBIND11_MODULE(_native, m)
@@ -284,6 +310,12 @@ PYBIND11_MODULE(_native, m)
           py::arg("transformed") = "",
           "Prepare a model on this machine: {schedule, profile: (tensors, layers), outputs, outside_bytes}; "
           "with transformed, the layers' pre-transformed weights are written to that path.");
+
+    py::class_<PyMappedNet>(m, "MappedNet", "NCNN's own Net with its .bin memory-mapped (runtime/mapped_net.h).")
+        .def(py::init<const std::string&, const std::string&, int, bool, bool, bool, bool>(), py::arg("param"), py::arg("bin"),
+             py::arg("threads") = 1, py::arg("packing") = true, py::arg("winograd") = true, py::arg("sgemm") = true,
+             py::arg("fp16") = true)
+        .def("run", &PyMappedNet::run, py::arg("inputs"), py::arg("outputs"), "one inference: {output: array}");
 
     py::class_<PyExecutor>(m, "Executor", "A prepared model run under a plan (runtime/executor.h).")
         .def(py::init<const std::string&, const std::string&, const py::dict&, const std::vector<TensorTuple>&,
