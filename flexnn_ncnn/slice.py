@@ -119,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="computing threads the plan is made for (transformed weights depend on it; default %(default)s)")
     parser.add_argument("--no-pretransform", action="store_true",
                         help="host: write no MODEL.flexnn.transformed (pre-transformed weights); every load transforms again")
+    parser.add_argument("--map-weights", action="store_true",
+                        help="host: plan and run with the pre-transformed weights mapped from their file (zero copy) "
+                             "instead of read into the arena (prepare --map-weights)")
     parser.add_argument("--no-fp16", action="store_true",
                         help="host: prepare and fit for fp32 storage and arithmetic (default: NCNN's fp16 where the CPU has it)")
     parser.add_argument("-o", "--outdir", type=Path, help="output directory (default: the .param's directory)")
@@ -163,7 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.analyze:
         print(analysis_table(analyze(graph, shapes), shapes, budget))
         return 0
-    options = RuntimeOptions(threads=args.threads, fp16=not args.no_fp16, pretransform=not args.no_pretransform)
+    options = RuntimeOptions(threads=args.threads, fp16=not args.no_fp16, pretransform=not args.no_pretransform,
+                             map_weights=args.map_weights)
     if args.calibrate:
         if target.name != "host":
             raise UserError("--calibrate measures this machine: use --target host")

@@ -179,3 +179,26 @@ def test_the_ncnn_mmap_baseline_equals_stock_ncnn(name: str, tmp_path: Path) -> 
     x = np.random.default_rng(0).standard_normal(w.x.shape).astype(np.float32)  # the child's seeded input
     ref = run_stock(w.param, w.bin, {"data": x}, ["output"], fp32=True)["output"]  # the child's fp32 math
     assert_close(np.load(outputs)["output"], ref)
+
+
+def test_the_benchmark_runs_mapped_weights_and_the_mmap_baseline_from_cold_storage(tmp_path: Path) -> None:
+    """`bench --cold`: every child evicts the weight files before each inference; FlexNN reading and
+    mapping its weights, On-Demand, NCNN-Default and NCNN on the mapped .bin all equal stock NCNN."""
+    import json
+    from flexnn_ncnn.models import generate
+    from helpers import run_module
+    model = generate("squeezenet", tmp_path / "models", seed=0, tiny=True)
+    proc = run_module("bench", "--model", str(model), "--baselines", "ncnn-default,ncnn-mmap", "--budgets", "12MB",
+                      "--modes", "flexnn,flexnn-mapped,on-demand", "--cold", "--warmup", "0", "--loops", "2", "--rounds", "1",
+                      "-o", str(tmp_path), "--results-md", str(tmp_path / "RESULTS.md"))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "squeezenet.results.json").read_text())
+    assert data["settings"]["cold"] is True
+    by_name = {s["config"]: s for s in data["summaries"]}
+    assert list(by_name) == ["ncnn-default", "ncnn-mmap", "flexnn@12MB", "flexnn-mapped@12MB", "on-demand"]
+    for name, s in by_name.items():
+        assert s["ok"] and s["max_rel_error"] <= 1e-4, (name, s["errors"])
+    records = {run["config"]: run["record"] for run in data["runs"]}
+    assert records["flexnn-mapped@12MB"]["mapped_weight_bytes"][0] > 0  # the first run builds every layer
+    assert records["flexnn@12MB"]["mapped_weight_bytes"] == [0, 0]
+    assert "cold storage" in (tmp_path / "RESULTS.md").read_text()

@@ -10,6 +10,9 @@ runtime (bench/flexnn_child.py: slice, prepare, plan, Session), alongside the st
 `min` among --budgets adds FlexNN at the smallest budget `slice --budget min` finds (flexnn@min), which the
 floor summary reports beside the activation floor with the latency there and the search's probes and time;
 --ablation adds FlexNN without the static arena, without preloading, and without both (Fig. 13);
+`--modes flexnn-mapped` runs FlexNN with its pre-transformed weights mapped (zero copy), and the
+`ncnn-mmap` baseline is NCNN's own Net on the memory-mapped .bin; `--cold` evicts the weight files
+from the page cache before every inference of every configuration;
 --runtime-command replaces the runtime's child (see docs/EVALUATION.md). A budget below SwapNet's smallest is reported, not failed. `--ingest DIR` reads
 JSON lines measured on a device (scripts/adb_bench.sh) instead of running anything here.
 """
@@ -113,6 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="weight and input seed (default 0)")
     parser.add_argument("--fp16", action="store_true",
                         help="let NCNN use fp16 storage/arithmetic where the CPU has it (default off: fp32 math as the paper)")
+    parser.add_argument("--cold", action="store_true",
+                        help="cold storage: every child evicts the model's weight files from the page cache (posix_fadvise "
+                             "DONTNEED) before each inference, as a phone under memory pressure reads them")
     parser.add_argument("--cpus", default="", help="computing CPUs for the children, e.g. 2,3 (default any)")
     parser.add_argument("--tiny", action="store_true", help="tiny instances of the zoo models (smoke runs)")
     parser.add_argument("--models-dir", type=Path, default=Path("bench-results/models"), help="model cache (default bench-results/models)")
@@ -152,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description = model_description(name, args.models_dir, args.seed, args.tiny, args.benchmark_dir)
         stem = file_stem(description["name"])
         settings = configs.ChildSettings(args.models_dir / f"{stem}.json" if not name.endswith(".json") else Path(name),
-                                         args.threads, args.warmup, args.loops, args.seed, args.fp16, args.cpus)
+                                         args.threads, args.warmup, args.loops, args.seed, args.fp16, args.cpus, args.cold)
         if args.ingest:
             result = harness.ingest_records(description, _read_jsonl(args.ingest / "results.jsonl"), settings, args.ingest, args.fp16)
         else:

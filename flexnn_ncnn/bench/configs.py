@@ -40,6 +40,8 @@ REFERENCE = "ncnn-default"
 # runtime modes; those in BUDGETED run once per budget, the others once
 RUNTIME_MODES = {
     "flexnn": "FlexNN under the budget",
+    "flexnn-mapped": "FlexNN with the pre-transformed weights mapped from their file instead of read into the arena "
+                     "(zero copy; prepare --map-weights)",
     "flexnn-no-mem": "ablation w.o.mem: the same plan without the static arena, each buffer a heap block from request to "
                      "release",
     "flexnn-no-preload": "ablation w.o.preload: the same plan, each layer's load waiting for the previous computation",
@@ -48,7 +50,7 @@ RUNTIME_MODES = {
     "swapnet": "SwapNet-style block streaming (bench/swapnet.py): blocks of whole layers, two resident, the next "
                "loading while the current one computes",
 }
-BUDGETED = ("flexnn", "flexnn-no-mem", "flexnn-no-preload", "flexnn-no-both", "swapnet")
+BUDGETED = ("flexnn", "flexnn-mapped", "flexnn-no-mem", "flexnn-no-preload", "flexnn-no-both", "swapnet")
 # modes whose child runs the model as given, not sliced: the activation floor they report is the model's
 UNSLICED = ("on-demand", "swapnet")
 # baselines with a smallest budget of their own: a child reporting its budget infeasible is a result
@@ -60,7 +62,7 @@ DEFAULT_RUNTIME_MODES = ("flexnn", "on-demand", "swapnet")
 # The runtime's child (bench/flexnn_child.py): slice (flexnn) -> prepare -> plan -> Session at the budget.
 RUNTIME_COMMAND = (
     "{python} -m flexnn_ncnn.bench.flexnn_child --model {model} --mode {mode} --budget {budget} --threads {threads} "
-    "--warmup {warmup} --loops {loops} --seed {seed} --fp16 {fp16} --cpus {cpus} --outputs {outputs}")
+    "--warmup {warmup} --loops {loops} --seed {seed} --fp16 {fp16} --cpus {cpus} --cold {cold} --outputs {outputs}")
 
 
 # a budget on --budgets: FlexNN's smallest, found by the child (`slice --budget min`); `flexnn` only
@@ -108,6 +110,7 @@ class ChildSettings:
     seed: int = 0
     fp16: bool = False
     cpus: str = ""              # computing CPUs ("" = any)
+    cold: bool = False          # evict the model's files from the page cache before every inference
 
 
 def configurations(budgets: Budgets, runtime_modes: list[str], baselines: list[str] | None = None) -> list[Configuration]:
@@ -138,14 +141,16 @@ def runtime_fields(config: Configuration, settings: ChildSettings, outputs: Path
     budget = MIN if config.smallest else "" if config.budget is None else str(config.budget)
     return {"python": sys.executable, "model": str(settings.model_json), "mode": config.family, "budget": budget,
             "threads": str(settings.threads), "warmup": str(settings.warmup), "loops": str(settings.loops), "seed": str(settings.seed),
-            "fp16": "1" if settings.fp16 else "0", "cpus": settings.cpus, "outputs": str(outputs)}
+            "fp16": "1" if settings.fp16 else "0", "cpus": settings.cpus, "cold": "1" if settings.cold else "0",
+            "outputs": str(outputs)}
 
 
 def child_command(config: Configuration, settings: ChildSettings, outputs: Path, runtime_command: str | None) -> list[str]:
     if config.is_stock:
         command = [sys.executable, "-m", "flexnn_ncnn.bench.measure", "--model", str(settings.model_json),
                    "--config", config.family, "--threads", str(settings.threads), "--warmup", str(settings.warmup),
-                   "--loops", str(settings.loops), "--seed", str(settings.seed), "--outputs", str(outputs)]
+                   "--loops", str(settings.loops), "--seed", str(settings.seed), "--cold", "1" if settings.cold else "0",
+                   "--outputs", str(outputs)]
         return command + (["--fp16"] if settings.fp16 else []) + (["--cpus", settings.cpus] if settings.cpus else [])
     template = runtime_command or RUNTIME_COMMAND
     fields = runtime_fields(config, settings, outputs)

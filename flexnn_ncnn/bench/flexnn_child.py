@@ -9,6 +9,8 @@ through the real pipeline in separate processes, so this process's memory is the
   `--budget min`: `slice --budget min` finds the smallest budget a slicing fits, and the session runs
   at it; the JSON line's `budget` is that budget and `min_search` the search that found it (its probes
   `[bytes, fits]` and seconds, as slice records them in MODEL.flexnn.slicing.json and the sidecar).
+- `flexnn-mapped` (budget B): `slice --map-weights` at B: the same pipeline with the layers'
+  pre-transformed weights mapped from their file (zero copy) in a mapped window the plan holds.
 - `flexnn-no-mem` (budget B, Fig. 13's w.o.mem): the same sidecar and schedule without the static
   arena: every buffer a heap block from request to release, a layer's weights freed once it computed.
 - `flexnn-no-preload` (budget B, Fig. 13's w.o.preload): the same sidecar, each layer's load also
@@ -48,15 +50,15 @@ import numpy as np
 
 from .. import planning, sidecar
 from ..cli import UserError, run_main, setup_logging
-from . import pagecache, swapnet
+from . import swapnet
 from .configs import BUDGETED, MAY_BE_INFEASIBLE, MIN, RUNTIME_MODES, SEARCHED, UNSLICED
 from .floor import activation_floor
-from .measure import add_run_args, apply_run_args, model_inputs, reset_peak_rss, status_bytes
+from .measure import add_run_args, apply_run_args, evict_all, model_inputs, reset_peak_rss, status_bytes
 
 log = logging.getLogger(__name__)
 
 MODES = tuple(RUNTIME_MODES)
-OVERLAPPED = ("flexnn", "flexnn-no-mem", "swapnet")  # loading overlaps computing; the others load each layer after the previous computed
+OVERLAPPED = ("flexnn", "flexnn-mapped", "flexnn-no-mem", "swapnet")  # loading overlaps computing; the others load each layer after the previous computed
 HEAP = ("flexnn-no-mem", "flexnn-no-both")  # no static arena: buffers from the heap
 
 
@@ -98,7 +100,8 @@ def prepare_for(description: dict[str, Any], mode: str, budget: int | str | None
     assert budget is not None
     # on the host, slice also prepares and plans with the same options, tightening until the plan fits
     slice_ms, proc = _run_cli("slice", str(param), "--bin", str(bin_path), "--budget", str(budget), "--input-shape", shape,
-                              "--threads", str(threads), "-o", str(workdir), *([] if fp16 else ["--no-fp16"]))
+                              "--threads", str(threads), "-o", str(workdir), *([] if fp16 else ["--no-fp16"]),
+                              *(["--map-weights"] if mode == "flexnn-mapped" else []))
     if proc.returncode != 0:
         raise UserError(f"slice: {_cli_error('slice', proc)}")
     sliced, out = workdir / f"{param.stem}.flexnn.param", workdir / f"{param.stem}{sidecar.SUFFIX}"
@@ -132,7 +135,9 @@ def plan_for(mode: str, budget: int | str | None, prepared: Path) -> tuple[Path,
 
 
 def measure(description: dict[str, Any], mode: str, budget: int | str | None, threads: int, warmup: int, loops: int, seed: int,
-            fp16: bool, outputs_npz: Path) -> dict[str, Any]:
+            fp16: bool, outputs_npz: Path, cold: bool = False) -> dict[str, Any]:
+    """One runtime configuration; with `cold`, the weight files are evicted from the page cache before
+    every inference (storage a phone under memory pressure reads from)."""
     from ..session import Session  # the native module: imported before the idle RSS is read
 
     inputs = model_inputs(description, seed)
@@ -149,8 +154,9 @@ def measure(description: dict[str, Any], mode: str, budget: int | str | None, th
         # (offline steps): start cold
         transformed = content.transformed_file(sidecar_path)
         transformed_bytes = transformed.stat().st_size if transformed else 0
-        for weights in (Path(description["bin"]), content.model_files(sidecar_path)[1], *([transformed] if transformed else [])):
-            pagecache.evict(weights)
+        weight_files = [Path(description["bin"]), content.model_files(sidecar_path)[1], *([transformed] if transformed else [])]
+        evict_all(weight_files)
+        cold_files = weight_files if cold else []
         rss_idle = status_bytes("VmRSS")
         hwm_reset = reset_peak_rss()
         start = time.perf_counter()
@@ -159,9 +165,8 @@ def measure(description: dict[str, Any], mode: str, budget: int | str | None, th
         if session.plan != content.plan:
             raise UserError(f"the session re-planned instead of running the sidecar's {content.plan.algorithm} plan")
         outputs: dict[str, np.ndarray] = {}
-        for _ in range(warmup):
-            outputs = session.run(inputs)
-        for _ in range(loops):
+        for _ in range(warmup + loops):
+            evict_all(cold_files)
             outputs = session.run(inputs)
         vm_hwm = status_bytes("VmHWM")
         stats = session.stats()
@@ -172,6 +177,7 @@ def measure(description: dict[str, Any], mode: str, budget: int | str | None, th
               "counted_bytes": stats["counted_bytes"], "counted_limit_bytes": stats["counted_limit_bytes"],
               "arena_bytes": stats["arena_bytes"],
               "load_wait_ms": [us / 1e3 for us in stats["load_wait_us"][timed]],
+              "arena_weight_bytes": stats["arena_weight_bytes"][timed], "mapped_weight_bytes": stats["mapped_weight_bytes"][timed],
               "budget": content.plan.budget, "plan_ms": plan_ms, "activation_floor_bytes": activation_floor(content.profile),
               "transformed_weight_bytes": transformed_bytes}
     if budget == MIN:  # the search `slice` recorded in its decisions, which the sidecar carries
@@ -200,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError(f"--budget {MIN} is for --mode {', '.join(SEARCHED)}: --mode {args.mode} takes bytes")
     budget = args.budget if args.budget == MIN else int(args.budget) if args.budget else None
     record = measure(read_description(args.model), args.mode, budget, args.threads, args.warmup, args.loops, args.seed,
-                     args.fp16 == "1", args.outputs)
+                     args.fp16 == "1", args.outputs, args.cold == "1")
     print(json.dumps(record), flush=True)
     return 0
 

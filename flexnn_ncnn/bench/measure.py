@@ -24,6 +24,7 @@ import numpy as np
 
 from ..cli import UserError, add_logging_args, run_main, setup_logging
 from ..process_memory import reset_peak_rss, status_bytes
+from . import pagecache
 from .configs import STOCK_CONFIGS, StockOptions
 
 FP16_FLAGS = ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic", "use_bf16_storage", "use_bf16_packed")
@@ -87,9 +88,17 @@ def _stock_forward(net, inputs: dict[str, np.ndarray], outputs: Sequence[str]) -
     return out
 
 
+def evict_all(paths: Sequence[Path]) -> None:
+    """Cold storage (--cold 1): the files leave the page cache (what is mapped in a process stays)."""
+    for path in paths:
+        pagecache.evict(path)
+
+
 def measure_stock(description: dict[str, Any], config: str, threads: int, warmup: int, loops: int, seed: int,
-                  fp16: bool, outputs_npz: Path) -> dict[str, Any]:
-    """One stock-NCNN baseline: its options from STOCK_CONFIGS, the model loaded once."""
+                  fp16: bool, outputs_npz: Path, cold: bool = False) -> dict[str, Any]:
+    """One stock-NCNN baseline: its options from STOCK_CONFIGS, the model loaded once; with `cold`,
+    its .bin evicted from the page cache before every inference."""
+    cold_files = [Path(description["bin"])] if cold else []
     # imported before the idle RSS is read; one of them only: two OpenMP runtimes in one process
     # would fight over the cores
     if STOCK_CONFIGS[config].mapped:
@@ -104,9 +113,11 @@ def measure_stock(description: dict[str, Any], config: str, threads: int, warmup
     net = _stock_net(description["param"], description["bin"], STOCK_CONFIGS[config], threads, fp16)
     load_ms = (time.perf_counter() - start) * 1e3
     for _ in range(warmup):
+        evict_all(cold_files)
         _stock_forward(net, inputs, description["outputs"])
     latencies = []
     for _ in range(loops):
+        evict_all(cold_files)
         start = time.perf_counter()
         outputs = _stock_forward(net, inputs, description["outputs"])
         latencies.append((time.perf_counter() - start) * 1e3)
@@ -123,6 +134,8 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loops", type=int, default=10, help="timed inferences (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
     parser.add_argument("--cpus", default="", help="comma-separated CPUs to run on (default: any)")
+    parser.add_argument("--cold", choices=("0", "1"), default="0",
+                        help="1: evict the model's weight files from the page cache before every inference")
     parser.add_argument("--outputs", type=Path, required=True, help="the .npz to write the outputs to")
     add_logging_args(parser)
 
@@ -146,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args.verbose)
     apply_run_args(args)
     result = measure_stock(read_description(args.model), args.config, args.threads, args.warmup, args.loops, args.seed,
-                           args.fp16, args.outputs)
+                           args.fp16, args.outputs, args.cold == "1")
     print(json.dumps(result), flush=True)
     return 0
 
