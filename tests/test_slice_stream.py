@@ -171,6 +171,12 @@ def test_calibrate_prints_the_options_and_writes_nothing(model, tmp_path: Path) 
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"--stream-bandwidth \d+\.\d\dGB --compute-rates winograd=\d+\.\d,im2col_gemm=\d+\.\d$", proc.stdout.strip())
     assert sorted(p.name for p in folder.iterdir()) == before
+    # with mapped weights, the bandwidth is that of mapping the records (calibrate.map_bandwidth)
+    proc = run_module("slice", str(folder / "net.param"), "--input-shape", "1,16,56,56", "--threads", "1", "--calibrate",
+                      "--map-weights")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"--stream-bandwidth \d+\.\d\dGB --compute-rates", proc.stdout)
+    assert sorted(p.name for p in folder.iterdir()) == before
     proc = run_module("slice", str(folder / "net.param"), "--input-shape", "1,16,56,56", "--target", "android-arm64",
                       "--calibrate")
     assert proc.returncode == 2 and "--target host" in proc.stderr

@@ -8,12 +8,14 @@ layer's least time over two prepares of each, interleaved, against other load; M
 ConvModel.macs counts them for the slicer's fastest Winograd candidate and for im2col+GEMM, so the
 Winograd rate is of whichever F(m,3) NCNN runs, in the slicer's count). The loader bandwidth is
 the best of three reads of NCNN's kernels' transformed weights from the page cache into a 64 MiB
-buffer, 4 MiB per pread, as the loading thread reads records into the arena.
+buffer, 4 MiB per pread, as the loading thread reads records into the arena; with --map-weights,
+of three passes mapping them 4 MiB at a time, populated and unmapped, as it maps records.
 """
 
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import statistics
 import time
@@ -66,8 +68,27 @@ def calibrate(param: NcnnParam, param_path: Path, bin_path: Path, graph: Graph, 
     rates = {kernel: statistics.median(
         m.macs(m.kernels[0] if kernel == "winograd" else kernel) / (fastest[kernel][name] * 1e-6) / options.threads
         for name, m in eligible.items()) for kernel in runs}
-    bandwidth = pread_bandwidth(runs["winograd"][1])
+    bandwidth = (map_bandwidth if options.map_weights else pread_bandwidth)(runs["winograd"][1])
     return Calibration(StreamModel(bandwidth, rates["winograd"], rates["im2col_gemm"], options.threads), len(eligible))
+
+
+def map_bandwidth(path: Path) -> float:
+    """Bytes/s mapping `path` from the page cache READ_BYTES at a time (MAP_POPULATE, then unmapped),
+    best of READ_RUNS."""
+    size = path.stat().st_size
+    best = 0.0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for run in range(READ_RUNS + 1):  # run 0 brings the file into the page cache
+            start = time.perf_counter()
+            for offset in range(0, size, READ_BYTES):
+                mmap.mmap(fd, min(READ_BYTES, size - offset), flags=mmap.MAP_PRIVATE | mmap.MAP_POPULATE,
+                          prot=mmap.PROT_READ, offset=offset).close()
+            if run:
+                best = max(best, size / (time.perf_counter() - start))
+    finally:
+        os.close(fd)
+    return best
 
 
 def pread_bandwidth(path: Path) -> float:
