@@ -10,6 +10,8 @@
 //                       computation (no overlap; with budget=min, the On-Demand baseline);
 //                       stock / direct: NCNN's own Net with default options / Winograd and sgemm off
 //     direct_io=1       read the .bin with O_DIRECT (the planner leaves room for its aligned window)
+//     map_weights=1     map the pre-transformed weights from their file instead of reading them into
+//                       the arena (zero copy; the plan holds them in a mapped window)
 //     static_arena=0    no arena: each planned buffer a heap block from request to release (the
 //                       ablation w.o.mem; with mode=ondemand, w.o.both)
 //     transformed=FILE  where prepare writes the layers' pre-transformed weights, which every load
@@ -82,11 +84,12 @@ int main(int argc, char** argv)
     flexnn::fix_malloc_thresholds(); // before anything measured allocates: runtime/heap_policy.h
     if (argc < 4)
         return fail("usage: flexnn-bench MODEL.param MODEL.bin INPUT.npy [budget=BYTES|min mode=flexnn|ondemand|stock|direct "
-                    "loops=8 warmup=4 threads=1 loader=any|little|middle|big direct_io=0|1 static_arena=0|1 input=data "
+                    "loops=8 warmup=4 threads=1 loader=any|little|middle|big direct_io=0|1 map_weights=0|1 static_arena=0|1 input=data "
                     "output=output out=FILE.npy]");
     std::map<std::string, std::string> args = {{"mode", "flexnn"}, {"loops", "8"}, {"warmup", "4"}, {"threads", "1"},
                                                {"loader", "any"}, {"transformed", ""}, {"input", "data"}, {"output", "output"}, {"budget", "0"},
-                                               {"out", ""}, {"direct_io", "0"}, {"static_arena", "1"}};
+                                               {"out", ""}, {"direct_io", "0"}, {"map_weights", "0"},
+                                               {"static_arena", "1"}};
     for (int i = 4; i < argc; i++)
     {
         const std::string arg = argv[i];
@@ -113,6 +116,11 @@ int main(int argc, char** argv)
     if (args["direct_io"] != "0" && args["direct_io"] != "1")
         return fail("direct_io must be 0 or 1");
     options.direct_io = args["direct_io"] == "1";
+    if (args["map_weights"] != "0" && args["map_weights"] != "1")
+        return fail("map_weights must be 0 or 1");
+    options.map_weights = args["map_weights"] == "1";
+    flexnn::PlannerOptions planner;
+    planner.map_transformed = options.map_weights;
     if (args["static_arena"] != "0" && args["static_arena"] != "1")
         return fail("static_arena must be 0 or 1");
     options.static_arena = args["static_arena"] == "1";
@@ -173,7 +181,7 @@ int main(int argc, char** argv)
         // the budget holds the arena, its margin, what the executor keeps outside the arena, and what
         // prepare saw requested outside any plan (OpenMP workers inside a layer)
         const uint64_t beside_arena = kArenaMargin + executor->reserved_outside_bytes() + prepared.outside_bytes;
-        const uint64_t smallest = flexnn::min_feasible_budget(prepared.profile, flexnn::PlannerOptions()); // the arena's
+        const uint64_t smallest = flexnn::min_feasible_budget(prepared.profile, planner); // the arena's
         if (!smallest)
             return fail("the planner found no feasible budget for this model");
         if (args["budget"] == "min")
@@ -181,7 +189,7 @@ int main(int argc, char** argv)
         if (budget <= beside_arena)
             return fail("budget " + std::to_string(budget) + " B leaves no room for an arena beside " + std::to_string(beside_arena)
                         + " B (margin, O_DIRECT window, allocations outside any plan)");
-        s = executor->set_budget(budget - beside_arena, flexnn::PlannerOptions());
+        s = executor->set_budget(budget - beside_arena, planner);
         if (!s.ok())
             return fail(s.message());
         // what this process holds beyond the runtime's count (code, NCNN's Net, thread stacks, what
@@ -200,7 +208,7 @@ int main(int argc, char** argv)
             return fail("budget " + std::to_string(budget) + " B is infeasible beside " + std::to_string(beside_arena + uncounted_rss)
                         + " B outside the arena (" + std::to_string(uncounted_rss) + " B of it resident but not counted by the "
                         "runtime); the smallest feasible budget is " + std::to_string(smallest + beside_arena + uncounted_rss) + " B");
-        s = executor->set_budget(budget - beside_arena - uncounted_rss, flexnn::PlannerOptions());
+        s = executor->set_budget(budget - beside_arena - uncounted_rss, planner);
         if (!s.ok())
             return fail(s.message());
         std::ofstream("/proc/self/clear_refs") << "5"; // the peak of the runs at the plan they run
