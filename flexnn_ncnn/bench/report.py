@@ -23,7 +23,7 @@ from ..cli import add_logging_args, run_main, setup_logging
 from ..models import file_stem
 from ..files import atomic_write
 from .configs import ABLATIONS, BUDGETED, RUNTIME_MODES, STOCK_CONFIGS, UNSLICED
-from .harness import OVERHEAD_FIELDS, BenchResult
+from .harness import OVERHEAD_FIELDS, BenchResult, FloorSummary, Summary, floor_summary
 
 log = logging.getLogger(__name__)
 
@@ -194,9 +194,7 @@ def _model_section(data: dict[str, Any], outdir: Path, md_dir: Path) -> list[str
     lines = [f"## {model['name']}", "",
              f"{model.get('description', '')}; weights {model.get('storage', '?')}, seed {model.get('seed', '?')}. "
              f"{settings['threads']} threads, {settings['warmup']} warm-ups, {settings['loops']} timed loops x "
-             f"{settings['rounds']} interleaved rounds"
-             + ("; cold storage: the weight files evicted from the page cache before every inference" if settings.get("cold") else "")
-             + f"; outputs checked against stock NCNN at {settings['tolerance']:g}.", ""]
+             f"{settings['rounds']} interleaved rounds; outputs checked against stock NCNN at {settings['tolerance']:g}.", ""]
     # the children themselves keep the load near `threads`; more means other processes competed for the cores
     load = data.get("max_load_average")
     if load is not None and load > settings["threads"] + 1:
@@ -233,28 +231,26 @@ def _model_section(data: dict[str, Any], outdir: Path, md_dir: Path) -> list[str
     return lines + [""]
 
 
-def _found_by(f: dict[str, Any]) -> str:
+def _found_by(f: FloorSummary) -> str:
     """Where a floor row's smallest budget comes from: flexnn@min's search, or the grid's smallest held."""
-    if f.get("found_by") == "search":
+    if f.found_by == "search":
         return "search"
-    grid = "grid" if f.get("min_budget") is not None else "-"
-    return grid + (" (flexnn@min did not hold)" if f.get("search_held") is False else "")
+    grid = "-" if f.min_budget is None else "grid"
+    return grid + (" (flexnn@min did not hold)" if f.search_held is False else "")
 
 
 def _floor_table(results: list[dict[str, Any]]) -> list[str]:
-    """Per model: the activation floor (bench/floor.py) beside the smallest budget FlexNN ran within, and
-    how it ran there."""
+    """Per model: the activation floor (bench/floor.py) beside the smallest budget FlexNN held, and how it
+    ran there; from the summaries with today's rule (results written by older versions stored their own)."""
     lines = ["| model | activation floor MB | smallest budget FlexNN held MB | found by | budget / floor | latency ms "
              "| x NCNN-Default | peak RSS over idle MB | search probes | search s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for data in results:
-        f = data.get("activation_floor") or {}  # absent from results written before it was measured
-        # FlexNN at that budget: its configuration's summary (results written before the floor named them have it too)
-        at = next((s for s in data["summaries"] if s["config"] == f.get("min_budget_config")), {})
-        ratio, latency_ratio, seconds = f.get("min_budget_over_floor"), at.get("ratio_to_default"), f.get("search_seconds")
-        lines.append(f"| {data['model']['name']} | {_mb(f.get('activation_floor_bytes'))} | {_mb(f.get('min_budget'))} "
-                     f"| {_found_by(f)} | {'-' if ratio is None else f'{ratio:.2f}'} | {_ms(at.get('latency_median_ms'))} "
-                     f"| {'-' if latency_ratio is None else f'{latency_ratio:.3f}'} | {_mb(at.get('peak_over_idle_bytes'))} "
-                     f"| {f.get('search_probes') or '-'} | {'-' if seconds is None else f'{seconds:.0f}'} |")
+        f = floor_summary([Summary(**s) for s in data["summaries"]])
+        ratio, latency_ratio, seconds = f.min_budget_over_floor, f.ratio_to_default, f.search_seconds
+        lines.append(f"| {data['model']['name']} | {_mb(f.activation_floor_bytes)} | {_mb(f.min_budget)} | {_found_by(f)} "
+                     f"| {'-' if ratio is None else f'{ratio:.2f}'} | {_ms(f.latency_median_ms)} "
+                     f"| {'-' if latency_ratio is None else f'{latency_ratio:.3f}'} | {_mb(f.peak_over_idle_bytes)} "
+                     f"| {f.search_probes or '-'} | {'-' if seconds is None else f'{seconds:.0f}'} |")
     return lines + ["", "The floor is the most bytes of activations that coexist at any step of the unsliced model's "
                     f"profile (reported by the {' or '.join(UNSLICED)} run): no slicing goes below it. The smallest budget is "
                     "`flexnn@min`'s when it ran and held (found by `slice --budget min`'s search: its probes and seconds), "
