@@ -9,7 +9,10 @@ runtime's code and tables, thread stacks — is measured here the way the benchm
 first, VmHWM reset to the current RSS, then a Session on the sidecar (which loads the native runtime)
 and one inference. Free heap pages are returned to the OS before the idle RSS is read, so
 nothing resident before can be reused for free: a process with more history (the benchmark's child)
-holds at most as much. `uncounted_rss_bytes` = max(0, peak RSS over idle − counted bytes); prepare
+holds at most as much. The weights are read into the arena even when the plan maps them: a mapped
+plan's window need not fill in any one run, and its unfilled pages would hide part of what is
+measured here (the steady state then exceeds the first run's peak); read into the arena, every page
+the plan lays out is touched, and what lies beside it is the same. `uncounted_rss_bytes` = max(0, peak RSS over idle − counted bytes); prepare
 stores it in the sidecar and every plan leaves room for it (Sidecar.reserved_bytes).
 
 JSON line: peak_rss_over_idle_bytes, counted_bytes, uncounted_rss_bytes.
@@ -55,7 +58,7 @@ def measure_here(plan_path: Path, input_shapes: dict[str, tuple[int, ...]]) -> d
     idle = status_bytes("VmRSS")
     if not reset_peak_rss():
         log.warning("cannot reset the peak RSS: the measured overhead includes the interpreter's start-up peak")
-    session = Session(plan_path)
+    session = Session(plan_path, map_weights=False)
     session.run(inputs)
     peak = status_bytes("VmHWM") - idle
     counted = int(session.stats()["counted_bytes"])

@@ -102,7 +102,7 @@ def _uncounted_rss_bytes(content: sidecar.Sidecar) -> int:
     the input shapes. So preparing the same files again, here or in another process, plans with the
     same value: the plan that fitted fits, and the same slice command gives the same answer."""
     key = {"build": measured.build_key(native.load().__file__), "param": content.model.param_sha256,
-           "bin": content.model.bin_digest, "transformed": bool(content.model.transformed), "mapped": content.plan.mapped,
+           "bin": content.model.bin_digest, "transformed": bool(content.model.transformed),
            "target": asdict(content.target), "inputs": content.inputs}
 
     def measure() -> int:

@@ -194,7 +194,9 @@ def _model_section(data: dict[str, Any], outdir: Path, md_dir: Path) -> list[str
     lines = [f"## {model['name']}", "",
              f"{model.get('description', '')}; weights {model.get('storage', '?')}, seed {model.get('seed', '?')}. "
              f"{settings['threads']} threads, {settings['warmup']} warm-ups, {settings['loops']} timed loops x "
-             f"{settings['rounds']} interleaved rounds; outputs checked against stock NCNN at {settings['tolerance']:g}.", ""]
+             f"{settings['rounds']} interleaved rounds"
+             + ("; cold storage: the weight files evicted from the page cache before every inference" if settings.get("cold") else "")
+             + f"; outputs checked against stock NCNN at {settings['tolerance']:g}.", ""]
     # the children themselves keep the load near `threads`; more means other processes competed for the cores
     load = data.get("max_load_average")
     if load is not None and load > settings["threads"] + 1:
