@@ -149,16 +149,22 @@ def test_mapping_is_refused_without_pretransformed_weights_and_with_o_direct(tmp
         prepared(w, RuntimeOptions(threads=2, pretransform=False, map_weights=True))
 
 
-def test_a_mapped_sidecar_runs_from_the_command_line(tmp_path: Path) -> None:
+def test_a_mapped_sidecar_runs_from_the_command_line_within_its_budget(tmp_path: Path) -> None:
+    import json
     from helpers import run_module
     w = written("residual", tmp_path)
     np.save(tmp_path / "x.npy", w.x)
     plan = tmp_path / "m.plan.json"
     out = run_module("prepare", str(w.param), "--budget", "min", "--threads", "2", "--map-weights", "-o", str(plan))
     assert out.returncode == 0, out.stderr
-    got = run_module("run", str(plan), "--input", f"data={tmp_path / 'x.npy'}", "--output", str(tmp_path / "y.npz"))
+    got = run_module("run", str(plan), "--input", f"data={tmp_path / 'x.npy'}", "--output", str(tmp_path / "y.npz"),
+                     "--loops", "4", "--json")
     assert got.returncode == 0, got.stderr
     assert_close(np.load(tmp_path / "y.npz")["output"], stock_output(w.param, w.bin, w.x))
+    # at the smallest mapped budget, over runs whose pinned layers stay mapped, mapped pages included
+    stats = json.loads(got.stdout.strip().splitlines()[-1])
+    assert stats["peak_rss_over_idle_bytes"] <= json.loads(plan.read_text())["plan"]["budget"]
+    assert stats["mapped_weight_bytes"][0] > 0
 
 
 @pytest.mark.parametrize("name", ["kernels", "residual"])
