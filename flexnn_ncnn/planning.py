@@ -33,6 +33,11 @@ DEFAULT_ALIGNMENT = 64  # NCNN_MALLOC_ALIGN
 ARENA_MARGIN = 64
 
 
+def load() -> None:
+    """Load the native planner now (a process measuring its memory loads its libraries first)."""
+    _module()
+
+
 @functools.cache
 def _module() -> ModuleType:
     try:

@@ -138,7 +138,10 @@ def measure(description: dict[str, Any], mode: str, budget: int | str | None, th
             fp16: bool, outputs_npz: Path, cold: bool = False) -> dict[str, Any]:
     """One runtime configuration; with `cold`, the weight files are evicted from the page cache before
     every inference (storage a phone under memory pressure reads from)."""
-    from ..session import Session  # the native module: imported before the idle RSS is read
+    from .. import native, planning
+    from ..session import Session
+    native.load()  # the runtime's libraries, loaded before the idle RSS is read (as the stock child imports ncnn)
+    planning.load()
 
     inputs = model_inputs(description, seed)
     with tempfile.TemporaryDirectory(prefix="flexnn-child-", dir=outputs_npz.parent) as tmp:
