@@ -10,6 +10,10 @@ formulas follow NCNN's x86/ARM convolution paths (paper §3.2):
   N = output pixels; a 1x1 stride-1 conv multiplies the input directly), K×ceil(N/T) with T tiles.
 - Direct: raw weights and the padded input.
 - InnerProduct / constant-B Gemm: the weight matrix (a 3-D InnerProduct input is flattened first).
+- Deconvolution (group 1, static weights): NCNN multiplies the input by the weights (a GEMM) into a
+  column buffer of k·k·Cout rows of input pixels, then scatters it (col2im) into the output, bordered
+  when it is padded or cropped; slicing by output channels cuts the weights, the column buffer and the
+  bordered output alike.
 
 Weights slicing to `width` output channels/rows leaves one slice resident, and adds one output-sized
 buffer: the partial outputs are all alive when Concat writes the merged one.
@@ -219,7 +223,34 @@ class FixedModel:
         return self.weights
 
 
-CostModel = ConvModel | MatrixModel | Int8Model | FixedModel
+@dataclass(frozen=True)
+class DeconvModel:
+    """A group-1 Deconvolution with static weights: `rows` output channels of `k` (Cin·kh·kw) weights
+    each, its column buffer `column_per_row` bytes per output channel, and the bordered output
+    NCNN crops from (`bordered_per_row` per channel, 0 when it writes the output directly)."""
+
+    rows: int
+    k: int
+    bias: int             # 1 with a bias term
+    column_per_row: int   # kh·kw·input pixels·4
+    bordered_per_row: int
+    out_bytes: int
+
+    kernels = ("deconv",)
+
+    def cost(self, kernel: str, width: int, tiles: int = 1) -> Cost:
+        concat = self.out_bytes if width < self.rows else 0
+        # the stored weights and their GEMM-packed copy coexist while create_pipeline transforms (as ConvModel)
+        return Cost(width * (2 * self.k + self.bias) * 4, width * (self.column_per_row + self.bordered_per_row) + concat)
+
+    def max_tiles(self, kernel: str, min_tile_pixels: int) -> int:
+        return 1
+
+    def streamed_bytes(self, kernel: str) -> int:
+        return self.rows * (self.k + self.bias) * 4
+
+
+CostModel = ConvModel | MatrixModel | Int8Model | DeconvModel | FixedModel
 
 
 @dataclass(frozen=True)
@@ -270,6 +301,23 @@ def _matrix_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> Ma
         fixed = {0: 1, 1: m, 2: m}.get(bc, 0)
         return MatrixModel(n, k, per_row, fixed, 0, out_shape.nbytes)
     return None
+
+
+def _deconv_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> DeconvModel | None:
+    p = layer.params
+    if layer.type != "Deconvolution" or p.get_int(28, 0) or len(layer.bottoms) != 1 or in_shape.dims != 3:
+        return None  # dynamic weights, or not a plain 2-D transposed conv
+    rows = p.get_int(0, 0)
+    kw = p.get_int(1, 0)
+    kh, dw, sw = p.get_int(11, kw), p.get_int(2, 1), p.get_int(3, 1)
+    dh, sh = p.get_int(12, dw), p.get_int(13, sw)
+    if not rows or p.get_int(6, 0) != rows * in_shape.c * kh * kw:
+        return None
+    # NCNN computes the full transposed conv, then crops pads / output size from it
+    full_w, full_h = (in_shape.w - 1) * sw + dw * (kw - 1) + 1, (in_shape.h - 1) * sh + dh * (kh - 1) + 1
+    cropped = (full_w, full_h) != (out_shape.w, out_shape.h)
+    return DeconvModel(rows, in_shape.c * kh * kw, int(bool(p.get_int(5, 0))), kh * kw * in_shape.h * in_shape.w * 4,
+                       _mat_bytes(1, full_w * full_h) if cropped else 0, out_shape.nbytes)
 
 
 def _int8_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> Int8Model | None:
@@ -334,7 +382,7 @@ def analyze(graph: Graph, shapes: dict[str, BlobShape]) -> list[LayerAnalysis]:
         model: CostModel | None = None
         if in_shape is not None and out_shape is not None:
             model = (_conv_model(layer, in_shape, out_shape) or _matrix_model(layer, in_shape, out_shape)
-                     or _int8_model(layer, in_shape, out_shape))
+                     or _int8_model(layer, in_shape, out_shape) or _deconv_model(layer, in_shape, out_shape))
         if model is None:
             model = _fixed_model(layer, in_shape)
         out.append(LayerAnalysis(i, layer, live, _runtime_weight_bytes(layer), model))

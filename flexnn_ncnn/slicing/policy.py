@@ -34,7 +34,7 @@ Measure = Callable[[LayerAnalysis, str, int, int], Cost]
 
 # how each kernel cuts its layer: by output channels/rows, by im2col tiles, or not at all
 SLICING_OF = {"winograd63": "weights", "winograd43": "weights", "im2col_gemm": "input", "direct": "weights",
-              "gemm": "weights", "int8": "weights"}
+              "gemm": "weights", "int8": "weights", "deconv": "weights"}
 
 
 @dataclass(frozen=True)

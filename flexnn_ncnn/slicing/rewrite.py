@@ -36,9 +36,9 @@ def sub_layer_params(layer: Layer, width: int, rows: int) -> ParamDict:
     """Params of a sub-layer computing `width` of the layer's `rows` output rows."""
     p = layer.params.copy()
     p.remove(SHAPE_HINT_ID)
-    if layer.type in ("Convolution", "InnerProduct"):
+    if layer.type in ("Convolution", "Deconvolution", "InnerProduct"):
         p.set(0, width)
-        size_id = 6 if layer.type == "Convolution" else 2
+        size_id = 2 if layer.type == "InnerProduct" else 6
         p.set(size_id, layer.params.get_int(size_id, 0) // rows * width)
     elif layer.type == "Gemm":
         p.set(8, width)
@@ -51,8 +51,9 @@ def _sub_layer(layer: Layer, weights: LayerWeights, lo: int, hi: int, rows: int)
     """Params and weight records of the sub-layer computing output rows [lo, hi)."""
     p = sub_layer_params(layer, hi - lo, rows)
     records = []
-    if layer.type in ("Convolution", "InnerProduct"):
-        # an int8 layer's weight scales go with their rows; its input (and output) scale to every slice
+    if layer.type in ("Convolution", "Deconvolution", "InnerProduct"):
+        # weights are laid out by output channel (Deconvolution too: [out][in][kh·kw]); an int8 layer's
+        # weight scales go with their rows; its input (and output) scale to every slice
         records = [_slice_rows(r, rows, lo, hi) if r.spec.role in PER_ROW else r for r in weights.records]
     else:
         trans_b, broadcast_c = layer.params.get_int(3, 0), layer.params.get_int(10, 0)
@@ -105,7 +106,7 @@ def apply(param: NcnnParam, modelbin: ModelBin, decisions: dict[str, LayerDecisi
             layers.append(with_kernel(Layer(layer.type, names[i], [ins[i]], [outs[i]], p), d.kernel, d.tiles))
             weights.append(LayerWeights(names[i], 0, records))
         # channels (axis 0) of a conv's c,h,w output; the last axis (w) of a matrix layer's output
-        axis = 0 if layer.type == "Convolution" else shapes[top].dims - 1
+        axis = 0 if layer.type in ("Convolution", "Deconvolution") else shapes[top].dims - 1
         concat = ParamDict()
         concat.set(0, axis)
         if SHAPE_HINT_ID in layer.params:
