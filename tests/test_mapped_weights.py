@@ -208,3 +208,18 @@ def test_the_benchmark_runs_mapped_weights_and_the_mmap_baseline_from_cold_stora
     assert records["flexnn-mapped@12MB"]["mapped_weight_bytes"][0] > 0  # the first run builds every layer
     assert records["flexnn@12MB"]["mapped_weight_bytes"] == [0, 0]
     assert "cold storage" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_a_transformed_file_shrunk_under_a_mapped_session_fails_the_inference_not_the_process(tmp_path: Path) -> None:
+    """Mapped pages past a file's end would fault (SIGBUS) where a read comes up short: the loading
+    thread checks the file's size before it maps a layer, and the inference fails in one line."""
+    w = written("kernels", tmp_path)
+    session = Session(prepared(w, MAPPED))
+    session.set_budget(tightest(session))  # every layer streams: each run maps them again
+    session.run({"data": w.x})
+    transformed = session.sidecar.transformed_file(session.path)
+    assert transformed is not None
+    with open(transformed, "r+b") as f:
+        f.truncate(transformed.stat().st_size // 2)
+    with pytest.raises(UserError, match="shrank to"):
+        session.run({"data": w.x})

@@ -41,6 +41,12 @@ Status MappedWeights::map_layer(int layer, const LayerTransforms& transforms)
     std::vector<Region>& regions = layers_[layer];
     unmap(regions);
     current_ = layer;
+    // a mapped page past the file's end faults (SIGBUS) where a read would come up short: a file
+    // shrunk since it was opened is refused before any of it is mapped
+    struct stat st;
+    if (fstat(fd_, &st) != 0 || (uint64_t)st.st_size < file_bytes_)
+        return Status::error(path_ + " shrank to " + std::to_string(fstat(fd_, &st) == 0 ? (uint64_t)st.st_size : 0)
+                             + " B since it was opened (" + std::to_string(file_bytes_) + " B): prepare the model again");
     for (const TransformedMat& m : transforms.mats)
     {
         if (m.offset % kMappedPage != 0 || m.offset > file_bytes_ || m.bytes > file_bytes_ - m.offset)
