@@ -265,3 +265,12 @@ def test_page_cache_of_a_file_is_evicted_and_counted(tmp_path):
     assert pagecache.resident_bytes(path) == 0
     path.read_bytes()
     assert pagecache.resident_bytes(path) == 1 << 20
+
+
+def test_an_empty_output_is_read_as_an_empty_array():
+    """A DetectionOutput with no detection extracts an empty Mat: numpy would read it through a null
+    pointer (the stock child crashed on bench:mobilenet_ssd); the oracle and the stock child read it alike."""
+    import ncnn
+    from flexnn_ncnn.ncnn_model.stock import output_array
+    assert output_array(ncnn.Mat()).shape == (0,)
+    assert output_array(ncnn.Mat(np.ones((2, 3), np.float32))).tolist() == [[1.0] * 3] * 2

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..cli import UserError, add_logging_args, run_main, setup_logging
+from ..ncnn_model.stock import output_array
 from ..process_memory import reset_peak_rss, status_bytes
 from . import pagecache
 from .configs import STOCK_CONFIGS, StockOptions
@@ -84,7 +85,7 @@ def _stock_forward(net, inputs: dict[str, np.ndarray], outputs: Sequence[str]) -
         ret, mat = ex.extract(name)
         if ret != 0:
             raise UserError(f"stock NCNN failed to compute blob {name} (code {ret})")
-        out[name] = np.array(mat, dtype=np.float32, copy=True)
+        out[name] = output_array(mat)
     return out
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -47,6 +47,11 @@ def run_stock(param_path: str | Path, bin_path: str | Path, inputs: dict[str, np
         ret, mat = ex.extract(name)
         if ret != 0:
             raise UserError(f"stock NCNN failed to compute blob {name} (code {ret})")
-        # an empty Mat (e.g. DetectionOutput with no detection) has no buffer to convert
-        out[name] = np.zeros((0,), np.float32) if mat.empty() else np.array(mat, dtype=np.float32, copy=True)
+        out[name] = output_array(mat)
     return out
+
+
+def output_array(mat: Any) -> np.ndarray:
+    """A copy of an extracted blob (an ncnn.Mat); an empty Mat (e.g. DetectionOutput with no detection) has no buffer
+    to convert (numpy reads through a null pointer): an empty array."""
+    return np.zeros((0,), np.float32) if mat.empty() else np.array(mat, dtype=np.float32, copy=True)
