@@ -274,3 +274,10 @@ def test_an_empty_output_is_read_as_an_empty_array():
     from flexnn_ncnn.ncnn_model.stock import output_array
     assert output_array(ncnn.Mat()).shape == (0,)
     assert output_array(ncnn.Mat(np.ones((2, 3), np.float32))).tolist() == [[1.0] * 3] * 2
+
+
+def test_results_from_two_machines_name_theirs():
+    from flexnn_ncnn.bench import report
+    results = [{"model": {"name": n}, "machine": {"cpu": cpu}} for n, cpu in (("a", "X"), ("b", "Y"), ("c", "X"))]
+    assert report._machines(results) == ["Machines:", "", "- cpu X: a, c", "- cpu Y: b", ""]
+    assert report._machines(results[:1]) == ["Machine: cpu X", ""]
