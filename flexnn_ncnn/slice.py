@@ -15,6 +15,9 @@ instead.
 When part of the weights must be streamed on every inference, each Winograd layer is weighed against
 im2col+GEMM by estimated compute + streamed bytes / --stream-bandwidth (docs/SLICING.md; off with
 --no-stream-aware). --calibrate measures this machine's rates and bandwidth and prints the options.
+With --map-weights the weights are mapped, not copied, and kernels are chosen by compute alone
+unless --stream-bandwidth is given (docs/RUNTIME.md, mapped weights: streaming Winograd's 4x larger
+weights costs less there than im2col's slower compute).
 
 Budgets: 100MB is 10^6-based, 100MiB 2^20-based, a bare number is bytes.
 """
@@ -126,8 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="host: prepare and fit for fp32 storage and arithmetic (default: NCNN's fp16 where the CPU has it)")
     parser.add_argument("-o", "--outdir", type=Path, help="output directory (default: the .param's directory)")
     parser.add_argument("--analyze", action="store_true", help="print per-layer memory per candidate kernel; write nothing")
-    parser.add_argument("--stream-bandwidth", default=f"{DEFAULT_BANDWIDTH / 1e9:g}GB",
-                        help="bytes per second the loading thread copies streamed weights at (default %(default)s)")
+    parser.add_argument("--stream-bandwidth", default=None,
+                        help=f"bytes per second the loading thread copies streamed weights at (default "
+                             f"{DEFAULT_BANDWIDTH / 1e9:g}GB; with --map-weights, kernels are chosen by compute alone "
+                             "unless this is given)")
     parser.add_argument("--compute-rates",
                         default=f"winograd={DEFAULT_WINOGRAD_RATE / 1e9:g},im2col_gemm={DEFAULT_GEMM_RATE / 1e9:g}",
                         help="GMAC/s per computing thread of each kernel (default %(default)s)")
@@ -181,8 +186,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if smallest and args.target != "host":
         raise UserError("--budget min prepares each candidate here: use --target host")
     winograd_rate, gemm_rate = _compute_rates(args.compute_rates)
-    stream = None if args.no_stream_aware else \
-        StreamModel(float(parse_size(args.stream_bandwidth)), winograd_rate, gemm_rate, args.threads)
+    compute_alone = args.no_stream_aware or (args.map_weights and args.stream_bandwidth is None)
+    bandwidth = args.stream_bandwidth or f"{DEFAULT_BANDWIDTH / 1e9:g}GB"
+    stream = None if compute_alone else StreamModel(float(parse_size(bandwidth)), winograd_rate, gemm_rate, args.threads)
     outdir = args.outdir or args.param.parent
     stem = args.param.name.removesuffix(".param")
     outputs = [outdir / f"{stem}.flexnn.{suffix}" for suffix in ("param", "bin", "slicing.json", "plan.json")]

@@ -131,6 +131,16 @@ def test_cli_options_reach_the_decisions_json_and_param(model, tmp_path: Path) -
     assert decisions["stream"] is None
     assert {e["layer"]: e["kernel"] for e in decisions["layers"]}["b1"] == "winograd63"
 
+    # mapped weights are not copied: kernels by compute alone, unless a bandwidth is given
+    rates = ["--compute-rates", "winograd=19,im2col_gemm=37", "--threads", "1"]
+    proc = run_module("slice", *base, *rates, "--map-weights", "-o", str(tmp_path / "mapped"))
+    assert proc.returncode == 0, proc.stderr
+    assert "stream-aware kernel choice: off" in proc.stdout
+    assert json.loads((tmp_path / "mapped" / "net.flexnn.slicing.json").read_text())["stream"] is None
+    proc = run_module("slice", *base, *STREAM_ARGS, "--map-weights", "-o", str(tmp_path / "mapped-bw"))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "mapped-bw" / "net.flexnn.slicing.json").read_text())["stream"]["bandwidth"] == 5e9
+
     proc = run_module("slice", *base, "--compute-rates", "winograd=19", "-o", str(tmp_path / "bad"))
     assert proc.returncode == 2 and "--compute-rates" in proc.stderr
 

@@ -21,7 +21,21 @@ Status MappedNet::open(const std::string& param_path, const std::string& bin_pat
                        std::unique_ptr<MappedNet>& out)
 {
     std::unique_ptr<MappedNet> m(new MappedNet);
-    m->net_.opt = options.ncnn_option();
+    // NCNN's own options, as a user runs it (its pool allocators included), with the threads,
+    // kernels and precision asked for
+    ncnn::Option& opt = m->net_.opt;
+    opt.lightmode = true;
+    opt.num_threads = options.num_threads;
+    opt.use_packing_layout = options.use_packing_layout;
+    opt.use_winograd_convolution = options.use_winograd;
+    opt.use_sgemm_convolution = options.use_sgemm;
+    if (!options.use_fp16)
+    {
+        opt.use_fp16_storage = false;
+        opt.use_fp16_packed = false;
+        opt.use_fp16_arithmetic = false;
+    }
+    opt.use_vulkan_compute = false;
     if (m->net_.load_param(param_path.c_str()) != 0)
         return Status::error("cannot load " + param_path);
     const int fd = ::open(bin_path.c_str(), O_RDONLY | O_CLOEXEC);
