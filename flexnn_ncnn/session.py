@@ -93,6 +93,7 @@ class Session:
         # per inference: weight bytes served in the arena, and transformed bytes made resident in the mapped file
         self._arena_weight_bytes: list[int] = []
         self._mapped_weight_bytes: list[int] = []
+        self._mapped_peak_bytes: list[int] = []  # per inference: the most record bytes mapped at once
         self._outside_peak = 0
         # what every plan leaves beside the arena and its margin: the executor's own buffers outside the
         # arena (the O_DIRECT window) and the sidecar's reservation (requests from OpenMP workers, and
@@ -158,6 +159,7 @@ class Session:
         self._loaded_layers.append(stats["loaded_layers"])
         self._arena_weight_bytes.append(stats["arena_weight_bytes"])
         self._mapped_weight_bytes.append(stats["mapped_weight_bytes"])
+        self._mapped_peak_bytes.append(stats["mapped_peak_bytes"])
         self._outside_peak = max(self._outside_peak, stats["outside_peak_bytes"])
         return outputs
 
@@ -178,5 +180,6 @@ class Session:
             "loaded_layers": list(self._loaded_layers),
             "arena_weight_bytes": list(self._arena_weight_bytes),
             "mapped_weight_bytes": list(self._mapped_weight_bytes),
+            "mapped_peak_bytes": list(self._mapped_peak_bytes),
             "latency_median_us": statistics.median(self._latencies_us) if self._latencies_us else None,
         }

@@ -69,6 +69,9 @@ def test_mapped_weights_equal_stock_ncnn_and_are_never_copied_into_the_arena(nam
         for _ in range(3):  # later runs map every unpinned layer again
             assert_close(session.run({"data": w.x})["output"], ref)
         assert_counted_within_budget(session.stats())
+        # what is mapped at once, counted by the runtime between layers, stays within the plan's window
+        window = session.plan.arena_bytes - session.plan.mapped_from
+        assert 0 < max(session.stats()["mapped_peak_bytes"][-3:]) <= window
     # at the tightest budget every layer streams: the first run after set_plan loads them all, and
     # what it was served in the arena is exactly the weights that are not transformed records
     session.set_budget(tightest(session))

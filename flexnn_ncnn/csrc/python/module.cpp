@@ -235,6 +235,7 @@ public:
         s["loaded_layers"] = stats.loaded_layers;
         s["arena_weight_bytes"] = stats.arena_weight_bytes;
         s["mapped_weight_bytes"] = stats.mapped_weight_bytes;
+        s["mapped_peak_bytes"] = stats.mapped_peak_bytes;
         return py::make_tuple(arrays(outputs), s);
     }
     py::dict plan() const

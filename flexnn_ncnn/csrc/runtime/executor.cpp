@@ -509,6 +509,7 @@ Status Executor::run_locked(const NamedMats& inputs, NamedMats& outputs, RunStat
     loaded_layers_ = 0;
     mapped_weight_bytes_ = 0;
     dropped_through_ = 0;
+    mapped_.reset_peak();
     outside_.reset_counts();
     faults_.begin_run();
     if (canary_.armed())
@@ -578,6 +579,7 @@ Status Executor::run_locked(const NamedMats& inputs, NamedMats& outputs, RunStat
     stats.loaded_layers = loaded_layers_;
     stats.arena_weight_bytes = weights_.served_bytes();
     stats.mapped_weight_bytes = mapped_weight_bytes_;
+    stats.mapped_peak_bytes = mapped_.peak_bytes();
     return failure_.status();
 }
 

@@ -38,6 +38,7 @@ struct RunStats
                                       // run after set_plan also the resident ones
     uint64_t arena_weight_bytes = 0;  // weight bytes the loading thread was served in the arena
     uint64_t mapped_weight_bytes = 0; // transformed weight bytes it made resident in the mapped file instead
+    uint64_t mapped_peak_bytes = 0;   // the most bytes of records mapped at once (their pages and over-read pages)
 };
 
 // Runs a prepared model under a plan (paper section 3.4). One arena of the plan's size holds every

@@ -32,7 +32,10 @@ Status MappedWeights::open(int fd, const std::string& path)
 void MappedWeights::unmap(std::vector<Region>& regions)
 {
     for (const Region& r : regions)
+    {
         munmap(r.address, r.length);
+        mapped_bytes_ -= r.length;
+    }
     regions.clear();
 }
 
@@ -57,6 +60,8 @@ Status MappedWeights::map_layer(int layer, const LayerTransforms& transforms)
         if (p == MAP_FAILED)
             return Status::error("cannot map " + path_ + " at byte " + std::to_string(m.offset) + ": " + strerror(errno));
         regions.push_back({m.offset, static_cast<unsigned char*>(p), (size_t)(end - m.offset)});
+        mapped_bytes_ += end - m.offset;
+        peak_bytes_ = std::max(peak_bytes_, mapped_bytes_);
     }
     return Status();
 }

@@ -48,6 +48,15 @@ public:
     bool point(const TransformedMat& m, ncnn::Mat& weight, std::string& error) const;
     // give the layer's pages back (still in the page cache); nothing when it is not mapped
     void unmap_layer(int layer);
+    // the most bytes mapped at once since the last reset_peak (what is mapped now, after it)
+    uint64_t peak_bytes() const
+    {
+        return peak_bytes_;
+    }
+    void reset_peak()
+    {
+        peak_bytes_ = mapped_bytes_;
+    }
 
 private:
     struct Region
@@ -65,6 +74,8 @@ private:
     uint64_t file_bytes_ = 0;
     std::map<int, std::vector<Region> > layers_;
     int current_ = -1;
+    uint64_t mapped_bytes_ = 0; // every region's length
+    uint64_t peak_bytes_ = 0;
 };
 
 // give [p, p + bytes) of a page-aligned anonymous range back to the OS: it reads as zeros and is
