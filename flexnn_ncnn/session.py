@@ -67,10 +67,6 @@ class Session:
         self.profile = content.profile
         self.input_shapes: dict[str, tuple[int, ...]] = content.input_shapes()
         self.map_weights = content.plan.mapped if map_weights is None else map_weights
-        if self.map_weights and transformed is None:
-            raise UserError(f"{path}: mapped weights need pre-transformed weights; this sidecar was prepared without them")
-        if self.map_weights and direct_io:
-            raise UserError("mapped weights are not read with O_DIRECT: choose one")
         if not reset_peak_rss():
             log.warning("cannot reset the peak RSS: VmHWM includes what ran before the session")
         self._idle_rss = status_bytes("VmRSS")

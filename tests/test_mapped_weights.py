@@ -144,7 +144,7 @@ def test_the_pread_path_still_reads_into_the_arena_and_a_session_can_choose_eith
 def test_mapping_is_refused_without_pretransformed_weights_and_with_o_direct(tmp_path: Path) -> None:
     w = written("convfc", tmp_path)
     raw = prepared(w, RuntimeOptions(threads=2, pretransform=False))
-    with pytest.raises(UserError, match="mapped weights need pre-transformed weights"):
+    with pytest.raises(UserError, match="mapped weights need the pre-transformed weights file"):
         Session(raw, map_weights=True)
     with pytest.raises(UserError, match="not read with O_DIRECT"):
         Session(prepared(w, MAPPED), direct_io=True)
@@ -226,3 +226,22 @@ def test_a_transformed_file_shrunk_under_a_mapped_session_fails_the_inference_no
         f.truncate(transformed.stat().st_size // 2)
     with pytest.raises(UserError, match="shrank to"):
         session.run({"data": w.x})
+
+
+@pytest.mark.parametrize("name", ["yolov3", "ssd"])
+def test_mapped_detectors_equal_stock_on_inputs_prepare_never_saw(name: str, tmp_path: Path) -> None:
+    """Detection heads (output rows depend on the values) with mapped weights, at the tightest mapped
+    budget, on inputs at three scales that prepare never saw."""
+    from test_value_dependent import DETECTORS, SHAPE, assert_same_detections, seeded_input, stock_detections
+    from test_value_dependent import write_model as write_detector
+    param, bin_ = write_detector(tmp_path, name, DETECTORS[name])
+    session = Session(prepared(Written(param, bin_, seeded_input(0), []), MAPPED))
+    assert session.plan.mapped and session.input_shapes["data"] == SHAPE
+    session.set_budget(tightest(session))
+    rows = set()
+    for seed in range(1, 10):
+        x = seeded_input(seed)
+        ref = stock_detections(param, bin_, x)
+        assert_same_detections(session.run({"data": x})["output"], ref)
+        rows.add(len(ref))
+    assert len(rows) > 1 and max(session.stats()["mapped_weight_bytes"]) > 0

@@ -21,6 +21,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from ..analysis import ConvModel, analyze
 from ..cli import UserError
@@ -72,39 +73,32 @@ def calibrate(param: NcnnParam, param_path: Path, bin_path: Path, graph: Graph, 
     return Calibration(StreamModel(bandwidth, rates["winograd"], rates["im2col_gemm"], options.threads), len(eligible))
 
 
-def map_bandwidth(path: Path) -> float:
-    """Bytes/s mapping `path` from the page cache READ_BYTES at a time (MAP_POPULATE, then unmapped),
-    best of READ_RUNS."""
+def _best_bandwidth(path: Path, take: Callable[[int, int, int], object]) -> float:
+    """Bytes/s of `take(fd, offset, length)` over `path` READ_BYTES at a time, best of READ_RUNS
+    passes after one that brings the file into the page cache."""
     size = path.stat().st_size
     best = 0.0
     fd = os.open(path, os.O_RDONLY)
     try:
-        for run in range(READ_RUNS + 1):  # run 0 brings the file into the page cache
+        for run in range(READ_RUNS + 1):
             start = time.perf_counter()
             for offset in range(0, size, READ_BYTES):
-                mmap.mmap(fd, min(READ_BYTES, size - offset), flags=mmap.MAP_PRIVATE | mmap.MAP_POPULATE,
-                          prot=mmap.PROT_READ, offset=offset).close()
+                take(fd, offset, min(READ_BYTES, size - offset))
             if run:
                 best = max(best, size / (time.perf_counter() - start))
     finally:
         os.close(fd)
     return best
+
+
+def map_bandwidth(path: Path) -> float:
+    """Bytes/s mapping `path` from the page cache (MAP_POPULATE, then unmapped), as the loader maps records."""
+    return _best_bandwidth(path, lambda fd, offset, length: mmap.mmap(
+        fd, length, flags=mmap.MAP_PRIVATE | mmap.MAP_POPULATE, prot=mmap.PROT_READ, offset=offset).close())
 
 
 def pread_bandwidth(path: Path) -> float:
-    """Bytes/s reading `path` from the page cache into a BUFFER_BYTES buffer, best of READ_RUNS."""
+    """Bytes/s reading `path` from the page cache into a BUFFER_BYTES buffer, as the loader reads records."""
     buffer = memoryview(bytearray(BUFFER_BYTES))
-    size = path.stat().st_size
-    best = 0.0
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        for run in range(READ_RUNS + 1):  # run 0 brings the file into the page cache and touches the buffer
-            start = time.perf_counter()
-            for offset in range(0, size, READ_BYTES):
-                at = offset % BUFFER_BYTES
-                os.preadv(fd, [buffer[at:at + min(READ_BYTES, size - offset)]], offset)
-            if run:
-                best = max(best, size / (time.perf_counter() - start))
-    finally:
-        os.close(fd)
-    return best
+    return _best_bandwidth(path, lambda fd, offset, length: os.preadv(
+        fd, [buffer[offset % BUFFER_BYTES:offset % BUFFER_BYTES + length]], offset))

@@ -80,6 +80,12 @@ std::vector<bool> window_layers(const Profile& profile)
     return in_window;
 }
 
+bool has_window(const Profile& profile)
+{
+    const std::vector<bool> in_window = window_layers(profile);
+    return std::find(in_window.begin(), in_window.end(), true) != in_window.end();
+}
+
 PlanResult make_mapped_plan(const Profile& profile, uint64_t budget, const PlannerOptions& options)
 {
     Part arena, window;

@@ -24,6 +24,9 @@ uint64_t window_bytes(const TensorUse& t);
 // true for the layers whose weights go to the window: those with a transformed weight
 std::vector<bool> window_layers(const Profile& profile);
 
+// whether some layer has a transformed weight (a mapped plan of the profile has a window)
+bool has_window(const Profile& profile);
+
 // make_plan for a profile with window layers (options.map_transformed)
 PlanResult make_mapped_plan(const Profile& profile, uint64_t budget, const PlannerOptions& options);
 

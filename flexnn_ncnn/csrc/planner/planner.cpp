@@ -171,12 +171,6 @@ Plan choose_pinning(const LayoutInput& in, const PlannerOptions& options, uint64
     return best;
 }
 
-bool has_window(const Profile& profile)
-{
-    const std::vector<bool> in_window = window_layers(profile);
-    return std::find(in_window.begin(), in_window.end(), true) != in_window.end();
-}
-
 } // namespace
 
 const char* algorithm_name(Algorithm algorithm)

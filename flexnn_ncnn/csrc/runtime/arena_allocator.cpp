@@ -68,12 +68,15 @@ const PlannedBuffer* ArenaAllocator::planned_for(size_t size, int step, int ordi
     return &planned;
 }
 
+int ArenaAllocator::take_ordinal(int step)
+{
+    return step >= 0 && step < (int)buffers_.size() ? next_ordinal_[step]++ : 0;
+}
+
 bool ArenaAllocator::pass(size_t size)
 {
     const int step = clock_.allocation_step();
-    const bool known_step = step >= 0 && step < (int)buffers_.size();
-    const int ordinal = known_step ? next_ordinal_[step]++ : 0;
-    return planned_for(size, step, ordinal) != nullptr;
+    return planned_for(size, step, take_ordinal(step)) != nullptr;
 }
 
 void* ArenaAllocator::fastMalloc(size_t size)
@@ -82,8 +85,7 @@ void* ArenaAllocator::fastMalloc(size_t size)
     if (std::this_thread::get_id() != owner_.load())
         return serve_outside(size, step);
 
-    const bool known_step = step >= 0 && step < (int)buffers_.size();
-    const int ordinal = known_step ? next_ordinal_[step]++ : 0;
+    const int ordinal = take_ordinal(step);
     switch (faults_.on_request())
     {
     case FaultInjector::Request::Fail:

@@ -67,6 +67,8 @@ public:
 
 private:
     void* serve_outside(size_t size, int step);
+    // the owner's next ordinal at `step` (0 for a step the plan does not have)
+    int take_ordinal(int step);
     // the next request's planned buffer, or null when the plan does not have it (the failure is set)
     const PlannedBuffer* planned_for(size_t size, int step, int ordinal);
     std::string describe(size_t size, int step, int ordinal) const;

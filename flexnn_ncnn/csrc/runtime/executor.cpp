@@ -175,9 +175,8 @@ Status Executor::set_plan_locked(const Plan& plan)
                              + std::to_string(NCNN_MALLOC_ALIGN));
     // a layer with transformed weights takes them from the mapped window exactly when the plan has one
     const std::vector<bool> window = window_layers(profile_);
-    const bool has_window = std::find(window.begin(), window.end(), true) != window.end();
     const bool mapped = plan.mapped_from < plan.arena_bytes;
-    if (has_window && mapped != options_.map_weights)
+    if (has_window(profile_) && mapped != options_.map_weights)
         return Status::error(mapped ? "plan: it maps the transformed weights, this session reads them into the arena: open it with mapped weights"
                                     : "plan: it reads the transformed weights into the arena, this session maps them: plan with mapped weights");
 
