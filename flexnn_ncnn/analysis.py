@@ -260,6 +260,7 @@ class LayerAnalysis:
     live_bytes: int       # activations resident while the layer runs (its inputs and outputs included)
     weight_bytes: int     # the layer's weights as NCNN holds them after loading (fp32)
     model: CostModel
+    in_shape: BlobShape | None  # its (first) input's shape
 
     def candidates(self) -> list[tuple[str, Cost]]:
         """Each candidate kernel, fastest first, unsliced."""
@@ -372,18 +373,36 @@ def _fixed_model(layer: Layer, in_shape: BlobShape | None) -> FixedModel:
     return FixedModel(weights, 0, "-" if not weights else "default")
 
 
+def analyze_layer(index: int, layer: Layer, live_bytes: int, in_shape: BlobShape | None,
+                  out_shape: BlobShape | None) -> LayerAnalysis:
+    """The cost model of `layer` reading `in_shape` and writing `out_shape`, beside `live_bytes` of activations."""
+    model: CostModel | None = None
+    if in_shape is not None and out_shape is not None:
+        model = (_conv_model(layer, in_shape, out_shape) or _matrix_model(layer, in_shape, out_shape)
+                 or _int8_model(layer, in_shape, out_shape) or _deconv_model(layer, in_shape, out_shape))
+    if model is None:
+        model = _fixed_model(layer, in_shape)
+    return LayerAnalysis(index, layer, live_bytes, _runtime_weight_bytes(layer), model, in_shape)
+
+
+def live_bytes(graph: Graph, shapes: dict[str, BlobShape]) -> list[int]:
+    """Per layer of `graph.order`, the bytes of the blobs resident while it runs: produced at or before it and
+    still needed at or after it (outputs stay to the end)."""
+    delta = [0] * (len(graph.order) + 1)
+    for b, p in graph.producer.items():
+        if b in shapes:
+            delta[p] += shapes[b].nbytes
+            if b not in graph.outputs:
+                delta[graph.last_use[b] + 1] -= shapes[b].nbytes
+    live, out = 0, []
+    for d in delta[:-1]:
+        live += d
+        out.append(live)
+    return out
+
+
 def analyze(graph: Graph, shapes: dict[str, BlobShape]) -> list[LayerAnalysis]:
     """One entry per layer, in `graph.order`."""
-    out = []
-    for i, layer in enumerate(graph.order):
-        live = sum(shapes[b].nbytes for b in graph.live_at(i) if b in shapes)
-        in_shape = shapes.get(layer.bottoms[0]) if layer.bottoms else None
-        out_shape = shapes.get(layer.tops[0]) if layer.tops else None
-        model: CostModel | None = None
-        if in_shape is not None and out_shape is not None:
-            model = (_conv_model(layer, in_shape, out_shape) or _matrix_model(layer, in_shape, out_shape)
-                     or _int8_model(layer, in_shape, out_shape) or _deconv_model(layer, in_shape, out_shape))
-        if model is None:
-            model = _fixed_model(layer, in_shape)
-        out.append(LayerAnalysis(i, layer, live, _runtime_weight_bytes(layer), model))
-    return out
+    return [analyze_layer(i, layer, live, shapes.get(layer.bottoms[0]) if layer.bottoms else None,
+                          shapes.get(layer.tops[0]) if layer.tops else None)
+            for i, (layer, live) in enumerate(zip(graph.order, live_bytes(graph, shapes)))]

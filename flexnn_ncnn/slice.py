@@ -35,7 +35,7 @@ from .cli import UserError, add_logging_args, run_main, setup_logging
 from .ncnn_model import (BlobShape, Graph, declared_input_shapes, infer_shapes, parse_input_shape, read_bin,
                          read_param)
 from .prepare import RuntimeOptions, prepare_model, transformed_path_for, write_plan_file
-from .slicing import TARGETS, SlicingResult, slice_model, target_for
+from .slicing import TARGETS, SlicingResult, slice_model, spatial, target_for
 from .slicing.calibrate import calibrate
 from .slicing.fit import fit_to_budget, smallest_budget
 from .slicing.slicer import write_sliced
@@ -109,6 +109,24 @@ def stream_line(result: SlicingResult) -> str:
             f"thread(s)")
 
 
+def tiling_line(result: SlicingResult) -> str:
+    t = result.tiling
+    if t is None:
+        return "spatial tiling: none (the budget holds every layer's whole input and output)"
+    return (f"spatial tiling: {t.layers[0]}..{t.layers[-1]} run as {t.rows}x{t.cols} tiles of {t.layers[-1]}'s output "
+            f"({t.recompute:.2f}x their MACs): their full-resolution blobs never exist")
+
+
+def tiling_table(options: Sequence[spatial.SpatialTiling], budget: int | None) -> str:
+    """Per sub-chain, each grid: the most any layer of the model so tiled needs, and the recomputation."""
+    if not options:
+        return "spatial tiling: no chain of spatial layers to tile"
+    rows = [[f"{o.layers[0]}..{o.layers[-1]}", len(o.layers), f"{o.rows}x{o.cols}", _mib(o.need), f"{o.recompute:.2f}"]
+            + ([] if budget is None else ["yes" if o.need <= budget else "no"]) for o in options]
+    headers = ["spatial tiling of", "layers", "grid", "model needs", "MACs x"] + ([] if budget is None else ["fits"])
+    return _table(headers, rows) + "\n(MiB; model needs = the most live activations + smallest working set of any layer)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.slice", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -169,7 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     shapes = infer_shapes(param, graph, inputs, bin_path if have_bin else None)
 
     if args.analyze:
-        print(analysis_table(analyze(graph, shapes), shapes, budget))
+        analyses = analyze(graph, shapes)
+        print(analysis_table(analyses, shapes, budget))
+        print(tiling_table(spatial.options(graph, shapes, analyses, target), budget))
         return 0
     options = RuntimeOptions(threads=args.threads, fp16=not args.no_fp16, pretransform=not args.no_pretransform,
                              map_weights=args.map_weights)
@@ -215,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_param, out_bin, out_json = write_sliced(result, outdir, stem, min_search)
     print(summary_table(result))
     print(stream_line(result))
+    print(tiling_line(result))
     print(f"{len(result.sliced)} of {len(result.decisions)} conv/matrix layers sliced or re-kerneled for target "
           f"{target.name} (SIMD width {target.simd_width}); the slicer's own smallest budget {format_size(result.min_budget)}")
     print(f"wrote {out_param}, {out_bin}, {out_json}")

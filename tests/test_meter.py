@@ -36,7 +36,7 @@ def analyses():
 
 def test_a_measured_layer_holds_what_its_kernel_needs(analyses) -> None:
     by_name, shapes = analyses
-    meter = LayerMeter(shapes, RuntimeOptions(threads=1))
+    meter = LayerMeter(RuntimeOptions(threads=1))
     c3 = by_name["c3"]
     raw = 64 * 32 * 9 * 4
     winograd = meter.cost(c3, "winograd63", 64, 1)
@@ -58,11 +58,11 @@ def test_a_measured_layer_holds_what_its_kernel_needs(analyses) -> None:
 
 def test_a_configuration_is_measured_once_per_build_and_options(analyses) -> None:
     by_name, shapes = analyses
-    first = LayerMeter(shapes, RuntimeOptions(threads=1))
+    first = LayerMeter(RuntimeOptions(threads=1))
     cost = first.cost(by_name["c1"], "im2col_gemm", 16, 1)
-    again = LayerMeter(shapes, RuntimeOptions(threads=1))  # another slicer run: recalled, not run again
+    again = LayerMeter(RuntimeOptions(threads=1))  # another slicer run: recalled, not run again
     assert again.cost(by_name["c1"], "im2col_gemm", 16, 1) == cost and again.measurements == 0
-    other = LayerMeter(shapes, RuntimeOptions(threads=1, packing=False))
+    other = LayerMeter(RuntimeOptions(threads=1, packing=False))
     other.cost(by_name["c1"], "im2col_gemm", 16, 1)
     assert other.measurements == 1
 
@@ -72,7 +72,7 @@ def test_a_choice_whose_measurement_exceeds_its_limit_is_not_taken(analyses) -> 
     than estimated, as a kernel's hidden buffers would make it) does not, so the next option is chosen
     and its measured cost is what the decision records."""
     by_name, shapes = analyses
-    meter = LayerMeter(shapes, RuntimeOptions(threads=1))
+    meter = LayerMeter(RuntimeOptions(threads=1))
     c3 = by_name["c3"]
     limit = c3.model.cost("winograd63", 64).total + 1
 

@@ -76,7 +76,7 @@ def test_the_measured_working_set_of_a_deconvolution_slice_shrinks_with_it(tmp_p
     """What NCNN itself allocates for one sub-Deconvolution (one-layer model, recording allocator)."""
     _, _, graph, shapes = _model(tmp_path)
     up = next(a for a in analyze(graph, shapes) if a.layer.name == "up")
-    meter = LayerMeter(shapes, RuntimeOptions(threads=1, fp16=False))
+    meter = LayerMeter(RuntimeOptions(threads=1, fp16=False))
     whole, quarter = meter.cost(up, "deconv", 64, 1), meter.cost(up, "deconv", 16, 1)
     assert 0 < quarter.weights < whole.weights / 3
     assert quarter.intermediates < whole.intermediates / 2

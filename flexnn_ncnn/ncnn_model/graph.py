@@ -59,7 +59,3 @@ class Graph:
         inputs = [top for layer in order if layer.type == "Input" for top in layer.tops]
         outputs = [b for b in producer if b not in consumers]
         return cls(order, producer, last_use, inputs, outputs)
-
-    def live_at(self, i: int) -> list[str]:
-        """Blobs resident while layer `i` runs: produced at or before it, still needed at or after it."""
-        return [b for b, p in self.producer.items() if p <= i and (self.last_use[b] >= i or b in self.outputs)]

@@ -41,7 +41,7 @@ def run_stock(param_path: str | Path, bin_path: str | Path, inputs: dict[str, np
         raise UserError(f"{bin_path}: stock NCNN cannot load this .bin")
     ex = net.create_extractor()
     for name, array in inputs.items():
-        ex.input(name, ncnn.Mat(np.ascontiguousarray(array, dtype=np.float32)))
+        ex.input(name, input_mat(ncnn, array))
     out = {}
     for name in blobs:
         ret, mat = ex.extract(name)
@@ -49,6 +49,16 @@ def run_stock(param_path: str | Path, bin_path: str | Path, inputs: dict[str, np
             raise UserError(f"stock NCNN failed to compute blob {name} (code {ret})")
         out[name] = output_array(mat)
     return out
+
+
+def input_mat(ncnn: Any, array: np.ndarray) -> Any:
+    """`array` copied into a Mat NCNN laid out itself. ncnn.Mat(array) wraps the array with its channels packed
+    back to back, while Mat::channel_range (Crop, Slice) steps channels by NCNN's 16-byte aligned stride: a
+    Crop of a wrapped c,h,w input whose h·w is not a multiple of 4 reads the wrong channels."""
+    array = np.asarray(array, dtype=np.float32)
+    mat = ncnn.Mat(*reversed(array.shape))
+    np.array(mat, copy=False)[...] = array
+    return mat
 
 
 def output_array(mat: Any) -> np.ndarray:

@@ -86,7 +86,7 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
          stream: StreamModel | None) -> tuple[SlicingResult | None, int]:
     """(the fitting slicing, 0), or (None, the smallest feasible budget any attempt's plan reported)."""
     input_shapes = {name: tuple(shapes[name].numpy()) for name in graph.inputs}
-    meter = LayerMeter(shapes, options)
+    meter = LayerMeter(options)
     reserve = 0
     smallest = 0  # the smallest feasible budget an attempt's plan reported (0: none yet)
     shortfall_before: int | None = None

@@ -48,10 +48,9 @@ def _input_layer(shape: BlobShape) -> Layer:
 
 
 class LayerMeter:
-    """Measures (kernel, width, tiles) of the layers of one model whose blob shapes are `shapes`."""
+    """Measures (kernel, width, tiles) of layers, on their input shapes, with `options`."""
 
-    def __init__(self, shapes: dict[str, BlobShape], options: RuntimeOptions):
-        self.shapes = shapes
+    def __init__(self, options: RuntimeOptions):
         self.options = options
         self.measurements = 0  # configurations run here (not recalled)
 
@@ -61,7 +60,8 @@ class LayerMeter:
         layer = a.layer
         params = sub_layer_params(layer, width, m.rows) if width < m.rows else layer.params.copy()
         probe = with_kernel(Layer(layer.type, "measured", ["in"], ["out"], params), kernel, tiles)
-        shape = self.shapes[layer.bottoms[0]]
+        shape = a.in_shape
+        assert shape is not None, "a sliced layer has an input"
         module = native.load()
         key = {"build": measured.build_key(module.__file__), "layer": probe.format(), "input": list(shape.numpy()),
                "options": asdict(self.options)}

@@ -13,6 +13,7 @@ from tqdm import tqdm
 from ..analysis import FixedModel, LayerAnalysis, analyze
 from ..cli import UserError
 from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
+from . import spatial
 from ..files import atomic_write_all
 from ..units import format_size
 from .policy import LayerDecision, Measure, decide, decide_streamed, smallest_working_set
@@ -37,7 +38,8 @@ class SlicingResult:
     inputs: dict[str, BlobShape]
     decisions: list[LayerDecision]
     analyses: list[LayerAnalysis]
-    min_budget: int  # the smallest budget this slicer accepts for the model
+    min_budget: int  # the smallest budget this slicer accepts for the model (spatial tiling included)
+    tiling: spatial.SpatialTiling | None  # the chain run as a grid of spatial tiles (None: none)
     stream: StreamModel | None  # the stream-aware kernel choice's model (None: off)
     streamed_share: float  # the part of the weights streamed on every inference with the fastest kernels (streaming.py)
 
@@ -56,6 +58,7 @@ class SlicingResult:
             "inputs": {name: list(reversed(s.numpy())) for name, s in self.inputs.items()},
             "param_ids": {"kernel": KERNEL_PARAM_ID, "tiles": TILES_PARAM_ID, "kernel_codes": KERNEL_CODES},
             "stream": None if self.stream is None else {**self.stream.to_json(), "streamed_share": self.streamed_share},
+            "spatial_tiling": None if self.tiling is None else self.tiling.to_json(),
             "layers": [{**asdict(d), "slices": d.slices} for d in self.decisions],
         }
 
@@ -75,11 +78,20 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
     need = {a.layer.name: a.live_bytes + reserve + smallest_working_set(a, target) for a in analyses}
     bottleneck = max(analyses, key=lambda a: need[a.layer.name])
     min_budget = need[bottleneck.layer.name]
+    # below the activation floor: a chain of spatial layers run one output tile at a time (spatial.py)
+    tilings = spatial.options(graph, shapes, analyses, target)
+    tiling = spatial.choose(tilings, budget - reserve) if budget < min_budget else None
+    if tiling is not None:
+        param, modelbin, shapes = spatial.apply(param, modelbin, shapes, tiling)
+        graph = Graph.build(param)
+        analyses = analyze(graph, shapes)
+    min_budget = min([min_budget] + [o.need + reserve for o in tilings])
     if budget < min_budget:
         raise UserError(
             f"budget {format_size(budget)} is too small: layer {bottleneck.layer.name} ({bottleneck.layer.type}) "
-            f"needs {format_size(min_budget)} with its live activations even fully sliced, so no smaller budget is "
-            f"feasible (`--budget min` finds the smallest feasible budget)")
+            f"needs {format_size(need[bottleneck.layer.name])} with its live activations even fully sliced, and "
+            f"no spatial tiling of its chains fits, so no budget below {format_size(min_budget)} is feasible "
+            f"(`--budget min` finds the smallest feasible budget)")
     share = streamed_share(analyses, budget - min_budget) if stream is not None else 0.0
     decisions: dict[str, LayerDecision] = {}
     # disable=None shows the bar only on a terminal: piped stderr keeps to the one-line error contract
@@ -98,7 +110,7 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
     log.info("%d of %d layers sliced or re-kerneled", sum(d.changed for d in ordered), len(ordered))
     inputs = {b: shapes[b] for b in graph.inputs if b in shapes}
     return SlicingResult(sliced_param, sliced_bin, budget, reserve, target, inputs, ordered, analyses, min_budget,
-                         stream, share)
+                         tiling, stream, share)
 
 
 def write_sliced(result: SlicingResult, outdir: Path, stem: str,

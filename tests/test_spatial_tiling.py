@@ -1,0 +1,168 @@
+"""Spatial tiling below the activation floor (issue 16): a chain of spatial layers rewritten as a grid of
+tiles, each cropping its input with the halo its receptive field needs and padding only where it meets
+the image border, equals the untiled chain; under a budget below the floor the slicer tiles, and the
+runtime runs the result within the budget, equal to stock NCNN on the original model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import assert_counted_within_budget
+from model_helpers import relative_error
+from flexnn_ncnn import Session
+from flexnn_ncnn.analysis import analyze
+from flexnn_ncnn.bench.floor import activation_floor
+from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_shape
+from flexnn_ncnn.ncnn_model.param import SHAPE_HINT_ID
+from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
+from flexnn_ncnn.ncnn_model.stock import run_stock
+from flexnn_ncnn.slice import main as slice_main
+from flexnn_ncnn.slicing import Target, slice_model, spatial
+
+pytest.importorskip("ncnn")
+
+HOST = Target("host", 16)
+TOLERANCE = 1e-4
+# padded 3x3 convolutions (one dilated), a full-padding max pooling whose tail pads the odd size, a
+# strided depthwise convolution, a padded average pooling and a strided conv with asymmetric pads, on
+# an input whose sides are odd and unequal
+CHAIN = """7767517
+10 10
+Input x 0 1 x 0=37 1=29 2=3
+Convolution c1 1 1 x c1 0=16 1=3 4=1 5=1 6=432 9=1
+Convolution c2 1 1 c1 c2 0=16 1=3 2=2 4=2 5=1 6=2304
+ReLU r2 1 1 c2 r2
+Pooling p1 1 1 r2 p1 0=0 1=3 2=2
+BatchNorm bn 1 1 p1 bn 0=16
+ConvolutionDepthWise d1 1 1 bn d1 0=16 1=3 3=2 4=1 5=1 6=144 7=16
+Pooling p2 1 1 d1 p2 0=1 1=3 2=1 3=1 6=1
+Convolution c3 1 1 p2 c3 0=8 1=3 3=2 4=0 15=1 14=1 16=0 5=1 6=1152
+Convolution y 1 1 c3 y 0=4 1=1 5=1 6=32
+"""
+# a VGG-style trunk: two 48-channel convolutions at 192x192 (7 MB each) set the activation floor
+VGG = """7767517
+12 12
+Input data 0 1 data 0=192 1=192 2=3
+Convolution c1 1 1 data c1 0=48 1=3 4=1 5=1 6=1296 9=1
+Convolution c2 1 1 c1 c2 0=48 1=3 4=1 5=1 6=20736 9=1
+Pooling p1 1 1 c2 p1 0=0 1=2 2=2
+Convolution c3 1 1 p1 c3 0=64 1=3 4=1 5=1 6=27648 9=1
+Convolution c4 1 1 c3 c4 0=64 1=3 4=1 5=1 6=36864 9=1
+Pooling p2 1 1 c4 p2 0=0 1=2 2=2
+Convolution c5 1 1 p2 c5 0=64 1=3 4=1 5=1 6=36864 9=1
+Pooling p3 1 1 c5 p3 0=0 1=2 2=2
+Flatten f 1 1 p3 f
+InnerProduct fc 1 1 f fc 0=64 1=1 2=2359296 9=1
+InnerProduct out 1 1 fc output 0=10 1=1 2=640
+"""
+
+
+def _model(text: str, shape: str, folder: Path, name: str):
+    param = NcnnParam.parse(text)
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {graph.inputs[0]: parse_input_shape(shape)})
+    modelbin = random_modelbin(param, seed=5, storage="fp32")
+    paths = folder / f"{name}.param", folder / f"{name}.bin"
+    paths[0].write_text(param.format())
+    paths[1].write_bytes(modelbin.to_bytes())
+    return param, modelbin, graph, shapes, paths
+
+
+def _write(param, modelbin, folder: Path, name: str) -> tuple[Path, Path]:
+    paths = folder / f"{name}.param", folder / f"{name}.bin"
+    paths[0].write_text(param.format())
+    paths[1].write_bytes(modelbin.to_bytes())
+    return paths
+
+
+def test_the_chain_is_every_spatial_and_per_element_layer_in_a_row(tmp_path: Path) -> None:
+    _, _, graph, shapes, _ = _model(CHAIN, "1,3,29,37", tmp_path, "chain")
+    assert [[layer.name for layer in graph.order[c.first:c.last + 1]] for c in spatial.chains(graph, shapes)] == \
+        [["c1", "c2", "r2", "p1", "bn", "d1", "p2", "c3", "y"]]
+    _, _, graph, shapes, _ = _model(VGG, "1,3,192,192", tmp_path, "vgg")
+    assert [graph.order[c.last].name for c in spatial.chains(graph, shapes)] == ["p3"]  # Flatten ends it
+
+
+@pytest.mark.parametrize("grid", [2, 3])
+def test_a_tiled_chain_equals_the_untiled_one_exactly_at_every_border(grid: int, tmp_path: Path) -> None:
+    """With kernels whose sums do not depend on where a pixel lies (direct convolution), every output
+    pixel is bit for bit the untiled one's: the halos, the border-only pads and the pooling tails are
+    right. With NCNN's default kernels (Winograd blocks fall elsewhere in a tile), within rounding."""
+    param, modelbin, graph, shapes, original = _model(CHAIN, "1,3,29,37", tmp_path, "chain")
+    tiled_param, tiled_bin, tiled_shapes = spatial.rewrite(param, shapes, graph.order[1:], grid, grid, modelbin)
+    tiled = _write(tiled_param, tiled_bin, tmp_path, f"tiled{grid}")
+    assert sum(layer.type == "Crop" for layer in tiled_param) == grid * grid
+    x = np.random.default_rng(grid).standard_normal((3, 29, 37)).astype(np.float32)
+    direct = {"winograd": False, "sgemm": False}
+    ref, got = (run_stock(*files, {"x": x}, ["y"], **direct)["y"] for files in (original, tiled))
+    assert got.shape == ref.shape and np.array_equal(got, ref)
+    ref, got = (run_stock(*files, {"x": x}, ["y"])["y"] for files in (original, tiled))
+    assert relative_error(ref, got) < TOLERANCE
+    # the shapes the rewrite states are NCNN's
+    measured = infer_shapes(tiled_param, Graph.build(tiled_param), {"x": shapes["x"]}, tiled[1])
+    assert {b: measured[b] for b in tiled_shapes} == tiled_shapes
+
+
+def test_tiles_hold_less_than_the_whole_layers(tmp_path: Path) -> None:
+    param, modelbin, graph, shapes, _ = _model(VGG, "1,3,192,192", tmp_path, "vgg")
+    analyses = analyze(graph, shapes)
+    whole = max(a.live_bytes for a in analyses)
+    assert whole >= 2 * shapes["c1"].nbytes  # c2 reads and writes a 7 MB blob
+    option = min(spatial.options(graph, shapes, analyses, HOST), key=lambda o: o.need)
+    tiled_param, _, tiled_shapes = spatial.apply(param, modelbin, shapes, option)
+    tiled = analyze(Graph.build(tiled_param), tiled_shapes)
+    assert max(a.live_bytes for a in tiled) < whole / 2
+    assert option.recompute > 1
+
+
+def test_below_the_activation_floor_the_slicer_tiles_and_the_runtime_equals_stock(tmp_path: Path) -> None:
+    param, modelbin, graph, shapes, (param_path, bin_path) = _model(VGG, "1,3,192,192", tmp_path, "vgg")
+    untiled = slice_model(param, modelbin, graph, shapes, 1 << 40, HOST)
+    assert untiled.tiling is None
+    out = tmp_path / "sliced"
+    budget = 11_000_000
+    assert slice_main([str(param_path), "--budget", str(budget), "--threads", "2", "-o", str(out)]) == 0
+    session = Session(out / "vgg.flexnn.plan.json")
+    assert session.budget == budget
+    floor = activation_floor(Session(_prepared_untiled(param_path, tmp_path)).profile)
+    assert budget < floor, (budget, floor)
+    sliced = (out / "vgg.flexnn.param").read_text()
+    assert "Crop" in sliced and "flexnn_t1_1" in sliced
+    for seed in range(1, 6):
+        x = np.random.default_rng(seed).standard_normal((3, 192, 192)).astype(np.float32) * seed
+        ref = run_stock(param_path, bin_path, {"data": x}, ["output"], fp32=False)["output"]
+        assert relative_error(ref, session.run({"data": x})["output"]) < TOLERANCE
+        assert_counted_within_budget(session.stats())
+
+
+def _prepared_untiled(param_path: Path, tmp_path: Path) -> Path:
+    """The model sliced for a budget that needs no tiling: its profile's activation floor is the model's."""
+    out = tmp_path / "untiled"
+    assert slice_main([str(param_path), "--budget", "200MB", "--threads", "2", "-o", str(out)]) == 0
+    return out / "vgg.flexnn.plan.json"
+
+
+def test_analyze_lists_the_tiling_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, _, _, (param_path, _) = _model(VGG, "1,3,192,192", tmp_path, "vgg")
+    assert slice_main([str(param_path), "--analyze", "--budget", "11MB"]) == 0
+    out = capsys.readouterr().out
+    assert "spatial tiling of" in out and "c1..p1" in out and "3x3" in out
+
+
+def test_a_hinted_model_keeps_true_shape_hints(tmp_path: Path) -> None:
+    """NCNN reads shape hints (param -23330) when it builds a layer: the tiles' hints are their own shapes."""
+    param, modelbin, graph, shapes, _ = _model(CHAIN, "1,3,29,37", tmp_path, "chain")
+    for layer in param:
+        s = shapes[layer.tops[0]]
+        layer.params.set(SHAPE_HINT_ID, [3, s.w, s.h, s.c])
+    tiled_param, tiled_bin, tiled_shapes = spatial.rewrite(param, shapes, graph.order[1:], 2, 3, modelbin)
+    files = _write(tiled_param, tiled_bin, tmp_path, "hinted")
+    measured = infer_shapes(tiled_param, Graph.build(tiled_param), {"x": shapes["x"]}, files[1])
+    hinted = [layer for layer in tiled_param if SHAPE_HINT_ID in layer.params and layer.type != "Input"]
+    assert len(hinted) > 2 * 3 * 9
+    for layer in hinted:
+        dims, w, h, c = layer.params.get_array(SHAPE_HINT_ID)
+        assert (dims, w, h, c) == (3, measured[layer.tops[0]].w, measured[layer.tops[0]].h, measured[layer.tops[0]].c)
