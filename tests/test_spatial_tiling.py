@@ -1,6 +1,7 @@
-"""Spatial tiling below the activation floor (issue 16): a chain of spatial layers rewritten as a grid of
+"""Spatial tiling below the activation floor (issue 16): a block of spatial layers rewritten as a grid of
 tiles, each cropping its input with the halo its receptive field needs and padding only where it meets
-the image border, equals the untiled chain; under a budget below the floor the slicer tiles, and the
+the image border, equals the untiled block (chains, and residual blocks whose branches read different
+regions); under a budget below the floor the slicer tiles, and the
 runtime runs the result within the budget, equal to stock NCNN on the original model."""
 
 from __future__ import annotations
@@ -42,6 +43,28 @@ Pooling p2 1 1 d1 p2 0=1 1=3 2=1 3=1 6=1
 Convolution c3 1 1 p2 c3 0=8 1=3 3=2 4=0 15=1 14=1 16=0 5=1 6=1152
 Convolution y 1 1 c3 y 0=4 1=1 5=1 6=32
 """
+# a ResNet-style stem and two residual blocks (the second downsampling, with a strided 1x1 shortcut),
+# joined by BinaryOp and Eltwise, and a channel concatenation
+RESIDUAL = """7767517
+17 20
+Input x 0 1 x 0=31 1=27 2=3
+Convolution stem 1 1 x stem 0=16 1=3 3=2 4=1 5=1 6=432 9=1
+Split s1 1 2 stem s1a s1b
+Convolution b1c1 1 1 s1a b1c1 0=16 1=3 4=1 5=1 6=2304 9=1
+Convolution b1c2 1 1 b1c1 b1c2 0=16 1=3 4=1 5=1 6=2304
+BinaryOp b1add 2 1 b1c2 s1b b1add 0=0
+ReLU b1relu 1 1 b1add b1
+Split s2 1 2 b1 s2a s2b
+Convolution b2c1 1 1 s2a b2c1 0=24 1=3 3=2 4=1 5=1 6=3456 9=1
+Convolution b2c2 1 1 b2c1 b2c2 0=24 1=3 4=1 5=1 6=5184
+Convolution b2sc 1 1 s2b b2sc 0=24 1=1 3=2 5=1 6=384
+Eltwise b2add 2 1 b2c2 b2sc b2add 0=1
+Split s3 1 2 b2add s3a s3b
+Pooling b3pool 1 1 s3a b3pool 0=0 1=3 2=1 3=1
+ConvolutionDepthWise b3dw 1 1 s3b b3dw 0=24 1=5 4=2 5=1 6=600 7=24
+Concat b3cat 2 1 b3pool b3dw b3cat 0=0
+Convolution y 1 1 b3cat y 0=8 1=1 5=1 6=384
+"""
 # a VGG-style trunk: two 48-channel convolutions at 192x192 (7 MB each) set the activation floor
 VGG = """7767517
 12 12
@@ -78,24 +101,40 @@ def _write(param, modelbin, folder: Path, name: str) -> tuple[Path, Path]:
     return paths
 
 
-def test_the_chain_is_every_spatial_and_per_element_layer_in_a_row(tmp_path: Path) -> None:
+def _block_names(graph: Graph, shapes) -> list[tuple[str, str]]:
+    return [(graph.order[b.first + 1].name, graph.order[b.last].name) for b in spatial.blocks(graph, shapes)]
+
+
+def test_blocks_run_between_blobs_crossing_alone(tmp_path: Path) -> None:
     _, _, graph, shapes, _ = _model(CHAIN, "1,3,29,37", tmp_path, "chain")
-    assert [[layer.name for layer in graph.order[c.first:c.last + 1]] for c in spatial.chains(graph, shapes)] == \
-        [["c1", "c2", "r2", "p1", "bn", "d1", "p2", "c3", "y"]]
+    # the strided layers end segments: blocks start at the input or after one, and end after one or at y
+    assert ("c1", "y") in _block_names(graph, shapes) and ("bn", "d1") in _block_names(graph, shapes)
     _, _, graph, shapes, _ = _model(VGG, "1,3,192,192", tmp_path, "vgg")
-    assert [graph.order[c.last].name for c in spatial.chains(graph, shapes)] == ["p3"]  # Flatten ends it
+    assert {end for _, end in _block_names(graph, shapes)} == {"p1", "p2", "p3"}  # Flatten ends the run
+    _, _, graph, shapes, _ = _model(RESIDUAL, "1,3,27,31", tmp_path, "residual")
+    assert ("stem", "y") in _block_names(graph, shapes) and ("s1", "b2add") in _block_names(graph, shapes)
 
 
-@pytest.mark.parametrize("grid", [2, 3])
-def test_a_tiled_chain_equals_the_untiled_one_exactly_at_every_border(grid: int, tmp_path: Path) -> None:
+def _tiled(text: str, shape: str, grid: tuple[int, int], tmp_path: Path, name: str):
+    param, modelbin, graph, shapes, original = _model(text, shape, tmp_path, name)
+    layers = graph.order[1:]
+    tiled_param, tiled_bin, tiled_shapes = spatial.rewrite(param, shapes, layers, graph.inputs[0], graph.outputs[0],
+                                                           *grid, modelbin)
+    return param, shapes, original, tiled_param, tiled_shapes, _write(tiled_param, tiled_bin, tmp_path, f"{name}_tiled")
+
+
+@pytest.mark.parametrize("model", ["chain", "residual"])
+@pytest.mark.parametrize("grid", [(2, 2), (3, 3), (1, 4)])
+def test_a_tiled_block_equals_the_untiled_one_exactly_at_every_border(model: str, grid: tuple[int, int],
+                                                                      tmp_path: Path) -> None:
     """With kernels whose sums do not depend on where a pixel lies (direct convolution), every output
-    pixel is bit for bit the untiled one's: the halos, the border-only pads and the pooling tails are
-    right. With NCNN's default kernels (Winograd blocks fall elsewhere in a tile), within rounding."""
-    param, modelbin, graph, shapes, original = _model(CHAIN, "1,3,29,37", tmp_path, "chain")
-    tiled_param, tiled_bin, tiled_shapes = spatial.rewrite(param, shapes, graph.order[1:], grid, grid, modelbin)
-    tiled = _write(tiled_param, tiled_bin, tmp_path, f"tiled{grid}")
-    assert sum(layer.type == "Crop" for layer in tiled_param) == grid * grid
-    x = np.random.default_rng(grid).standard_normal((3, 29, 37)).astype(np.float32)
+    pixel is bit for bit the untiled one's: the halos, the border-only pads, the pooling tails and the
+    branches' own crops are right. With NCNN's default kernels (Winograd blocks fall elsewhere in a
+    tile), within rounding."""
+    text, shape = {"chain": (CHAIN, "1,3,29,37"), "residual": (RESIDUAL, "1,3,27,31")}[model]
+    param, shapes, original, tiled_param, tiled_shapes, tiled = _tiled(text, shape, grid, tmp_path, model)
+    assert sum(layer.type == "Crop" for layer in tiled_param) >= grid[0] * grid[1]
+    x = np.random.default_rng(sum(grid)).standard_normal(shapes["x"].numpy()).astype(np.float32)
     direct = {"winograd": False, "sgemm": False}
     ref, got = (run_stock(*files, {"x": x}, ["y"], **direct)["y"] for files in (original, tiled))
     assert got.shape == ref.shape and np.array_equal(got, ref)
@@ -112,7 +151,7 @@ def test_tiles_hold_less_than_the_whole_layers(tmp_path: Path) -> None:
     whole = max(a.live_bytes for a in analyses)
     assert whole >= 2 * shapes["c1"].nbytes  # c2 reads and writes a 7 MB blob
     option = min(spatial.options(graph, shapes, analyses, HOST), key=lambda o: o.need)
-    tiled_param, _, tiled_shapes = spatial.apply(param, modelbin, shapes, option)
+    tiled_param, _, tiled_shapes = spatial.apply(param, modelbin, graph, shapes, option)
     tiled = analyze(Graph.build(tiled_param), tiled_shapes)
     assert max(a.live_bytes for a in tiled) < whole / 2
     assert option.recompute > 1
@@ -158,7 +197,7 @@ def test_a_hinted_model_keeps_true_shape_hints(tmp_path: Path) -> None:
     for layer in param:
         s = shapes[layer.tops[0]]
         layer.params.set(SHAPE_HINT_ID, [3, s.w, s.h, s.c])
-    tiled_param, tiled_bin, tiled_shapes = spatial.rewrite(param, shapes, graph.order[1:], 2, 3, modelbin)
+    tiled_param, tiled_bin, tiled_shapes = spatial.rewrite(param, shapes, graph.order[1:], "x", "y", 2, 3, modelbin)
     files = _write(tiled_param, tiled_bin, tmp_path, "hinted")
     measured = infer_shapes(tiled_param, Graph.build(tiled_param), {"x": shapes["x"]}, files[1])
     hinted = [layer for layer in tiled_param if SHAPE_HINT_ID in layer.params and layer.type != "Input"]

@@ -78,11 +78,11 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
     need = {a.layer.name: a.live_bytes + reserve + smallest_working_set(a, target) for a in analyses}
     bottleneck = max(analyses, key=lambda a: need[a.layer.name])
     min_budget = need[bottleneck.layer.name]
-    # below the activation floor: a chain of spatial layers run one output tile at a time (spatial.py)
+    # below the activation floor: a block of spatial layers run one output tile at a time (spatial.py)
     tilings = spatial.options(graph, shapes, analyses, target)
     tiling = spatial.choose(tilings, budget - reserve) if budget < min_budget else None
     if tiling is not None:
-        param, modelbin, shapes = spatial.apply(param, modelbin, shapes, tiling)
+        param, modelbin, shapes = spatial.apply(param, modelbin, graph, shapes, tiling)
         graph = Graph.build(param)
         analyses = analyze(graph, shapes)
     min_budget = min([min_budget] + [o.need + reserve for o in tilings])
@@ -90,7 +90,7 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
         raise UserError(
             f"budget {format_size(budget)} is too small: layer {bottleneck.layer.name} ({bottleneck.layer.type}) "
             f"needs {format_size(need[bottleneck.layer.name])} with its live activations even fully sliced, and "
-            f"no spatial tiling of its chains fits, so no budget below {format_size(min_budget)} is feasible "
+            f"no spatial tiling of its blocks fits, so no budget below {format_size(min_budget)} is feasible "
             f"(`--budget min` finds the smallest feasible budget)")
     share = streamed_share(analyses, budget - min_budget) if stream is not None else 0.0
     decisions: dict[str, LayerDecision] = {}

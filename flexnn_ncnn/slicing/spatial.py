@@ -1,24 +1,26 @@
-"""Spatial tiling (patch-based execution): a chain of spatial layers run one output tile at a time.
+"""Spatial tiling (patch-based execution): a block of spatial layers run one output tile at a time.
 
 Channel slicing cannot go below the activation floor: a high-resolution layer's whole input and output
-are alive while it runs. A chain of spatial layers (Convolution, ConvolutionDepthWise, Pooling and
-per-element layers), each reading the previous one's only output, is rewritten as a grid of tiles of
-its last layer's output. Each tile crops the chain's input to the region its receptive field needs
-(the halo its neighbours recompute), runs copies of the chain's layers on it (the same weights, one
-copy of the records per tile), and the tiles' outputs are concatenated along w per row of the grid,
-then the rows along h, into the chain's output blob: consumers are untouched. A tile's layer pads
-only the sides where its region meets the image border, with the full layer's own pads there, so
-every output pixel is computed from the same inputs and padding as in the whole layer; Pooling's
-tail padding (pad_mode 0) becomes an explicit bottom/right pad (pad_mode 1). The result is an
-ordinary NCNN model: stock NCNN runs it and gives the chain's output, bit for bit with kernels whose
-sums do not depend on a pixel's position (direct, im2col+GEMM at the same tile sizes), within
-rounding with Winograd, whose output blocks then fall elsewhere.
+are alive while it runs. A block is the layers between two points of the network that one blob
+alone crosses (its source and its sink), all of them layers a tile can run: Convolution,
+ConvolutionDepthWise, Pooling, per-element layers, Split, and merges of inputs of one size (residual
+sums, channel concatenations). It is rewritten as a grid of tiles of the sink: each tile crops the
+source to the region its receptive field needs (the halo its neighbours recompute), runs copies of
+the block's layers on it (the same weights, one copy of the records per tile), crops again wherever a
+layer reads less than its input holds (a residual branch beside a padded one), and the tiles'
+outputs are concatenated along w per row of the grid, then the rows along h, into the sink: its
+consumers are untouched. A tile's layer pads only the sides where its region meets the image
+border, with the full layer's own pads there, so every output pixel is computed from the same inputs
+and padding as in the whole layer; Pooling's tail padding (pad_mode 0) becomes an explicit
+bottom/right pad (pad_mode 1). The result is an ordinary NCNN model: stock NCNN runs it and gives the
+sink, bit for bit with kernels whose sums do not depend on a pixel's position (direct convolution),
+within rounding with Winograd, whose output blocks then fall elsewhere.
 
-The full-resolution intermediates never exist: while a tile runs, the chain's input, the tiles'
-outputs so far and the tile's own (smaller) blobs are alive. `options` enumerates the sub-chains
-between downsampling layers and the grids, each costed step by step as the slicer costs a layer
-(live activations + its smallest working set), with its recomputation: the MACs the tiles run over
-the untiled sub-chain's. `choose` takes the option with the least recomputation that fits a limit.
+The full-resolution intermediates never exist: while a tile runs, the source, the tiles' outputs so
+far and the tile's own (smaller) blobs are alive. `options` enumerates the blocks between
+downsampling segments and the grids, each costed step by step as the slicer costs a layer (live
+activations + its smallest working set), with its recomputation: the MACs the tiles run over the
+untiled block's. `choose` takes the option with the least recomputation that fits a limit.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..analysis import LayerAnalysis, analyze_layer
+from ..analysis import LayerAnalysis, analyze
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, ParamDict
 from ..ncnn_model.param import SHAPE_HINT_ID
 from .policy import smallest_working_set
@@ -122,35 +124,89 @@ def _macs_per_pixel(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> 
     return out_shape.c
 
 
+# layers a tile runs with several inputs (of one spatial size) or outputs: geometry identity per input
+MERGING = frozenset({"BinaryOp", "Eltwise", "Concat"})
+MAX_RECOMPUTE = 3.0  # options running more than this many times the untiled MACs are not considered
+MAX_BLOCK_LAYERS = 160
+
+
+def _tileable(layer: Layer, shapes: dict[str, BlobShape]) -> bool:
+    """A tile can run the layer on a region of its inputs: a spatial or per-element layer of one c,h,w
+    input, a Split, or a merge of inputs of one spatial size (a residual sum, a channel concatenation)."""
+    blobs = layer.bottoms + layer.tops
+    if not layer.bottoms or any(b not in shapes or shapes[b].dims != 3 for b in blobs):
+        return False
+    p = layer.params
+    if layer.type == "Split":
+        return len(layer.bottoms) == 1
+    if layer.type == "BinaryOp" and len(layer.bottoms) == 1:
+        return bool(p.get_int(1, 0))  # with a scalar: per element
+    if layer.type in MERGING:
+        ins = [shapes[b] for b in layer.bottoms]
+        if len(layer.tops) != 1 or len({(s.h, s.w) for s in ins}) != 1:
+            return False
+        if layer.type == "Concat":
+            return p.get_int(0, 0) in (0, -3)  # along channels
+        return len(set(ins)) == 1  # no broadcasting
+    return _windows(layer, shapes[layer.bottoms[0]]) is not None
+
+
+def _crossing(graph: Graph) -> list[str | None]:
+    """Per position i of `graph.order`: the one blob passing from layers <= i to layers > i (None when
+    there are more, or none). Model outputs pass to the end."""
+    ends: dict[int, list[str]] = {}
+    for b, last in graph.last_use.items():
+        if b not in graph.outputs:
+            ends.setdefault(last, []).append(b)
+    live: set[str] = set()
+    out: list[str | None] = []
+    for i, layer in enumerate(graph.order):
+        live.update(layer.tops)
+        live.difference_update(ends.get(i, []))
+        out.append(next(iter(live)) if len(live) == 1 else None)
+    return out
+
+
 @dataclass(frozen=True)
-class Chain:
-    """Layers of `graph.order` [first, last] each reading the previous one's only output."""
+class Block:
+    """Layers of `graph.order` in (first, last]: `source` alone enters them, `sink` alone leaves them."""
 
     first: int
     last: int
+    source: str
+    sink: str
 
 
-def chains(graph: Graph, shapes: dict[str, BlobShape]) -> list[Chain]:
-    """The maximal chains of layers a tile can run (at least one of them spatial)."""
+def blocks(graph: Graph, shapes: dict[str, BlobShape]) -> list[Block]:
+    """Blocks a tile can run with at least one spatial layer: from the start of a run of tileable
+    layers or the output of a downsampling segment (the layers between two positions one blob
+    crosses), to the output of a downsampling segment or the end of the run."""
+    crossing = _crossing(graph)
+    tileable = [_tileable(layer, shapes) for layer in graph.order]
     consumers: dict[str, int] = {}
     for layer in graph.order:
         for b in layer.bottoms:
             consumers[b] = consumers.get(b, 0) + 1
-    tileable = [bool(layer.bottoms) and layer.bottoms[0] in shapes and _windows(layer, shapes[layer.bottoms[0]]) is not None
-                for layer in graph.order]
-    found, start = [], None
-    for i, layer in enumerate(graph.order):
-        if not tileable[i]:
-            start = None
-            continue
-        if start is None or graph.order[i - 1].tops[0] != layer.bottoms[0] or consumers.get(layer.bottoms[0], 0) != 1:
-            start = i
-        if not (i + 1 < len(graph.order) and tileable[i + 1] and graph.order[i + 1].bottoms[0] == layer.tops[0]
-                and consumers.get(layer.tops[0], 0) == 1 and layer.tops[0] not in graph.outputs):
-            if any(graph.order[j].type in PAD_IDS for j in range(start, i + 1)):
-                found.append(Chain(start, i))
-            start = None
+    cuts = [i for i, b in enumerate(crossing) if b is not None and b in shapes and shapes[b].dims == 3]
+    found = []
+    run: list[int] = []  # the cuts of the current run of tileable layers, in order
+    for cut in cuts + [len(graph.order)]:
+        if run and (cut == len(graph.order) or not all(tileable[run[-1] + 1:cut + 1])):
+            found += _run_blocks(graph, run, crossing, consumers)
+            run = []
+        if cut < len(graph.order):
+            run.append(cut)
     return found
+
+
+def _run_blocks(graph: Graph, cuts: list[int], crossing: list[str | None], consumers: dict[str, int]) -> list[Block]:
+    segments = list(zip(cuts, cuts[1:]))  # layers (a, b]
+    down = [any(_downsamples(layer) for layer in graph.order[a + 1:b + 1]) for a, b in segments]
+    # a source feeds one layer (a model's Split), which reads its crop
+    starts = [a for k, (a, _) in enumerate(segments) if (k == 0 or down[k - 1]) and consumers.get(crossing[a], 0) == 1]
+    ends = [b for k, (_, b) in enumerate(segments) if down[k] or k == len(segments) - 1]
+    return [Block(a, b, crossing[a], crossing[b]) for a in starts for b in ends  # type: ignore[arg-type]
+            if a < b <= a + MAX_BLOCK_LAYERS and any(layer.type in PAD_IDS for layer in graph.order[a + 1:b + 1])]
 
 
 @dataclass(frozen=True)
@@ -170,56 +226,73 @@ class Region:
     def w(self) -> int:
         return self.right - self.left
 
+    def union(self, other: Region | None) -> Region:
+        if other is None:
+            return self
+        return Region(min(self.top, other.top), max(self.bottom, other.bottom), min(self.left, other.left),
+                      max(self.right, other.right))
 
-@dataclass(frozen=True)
-class TileLayer:
-    """One layer of one tile: the region of the full layer's output it computes and its pads."""
-
-    layer: Layer
-    out: Region
-    pads: tuple[int, int, int, int]  # left, right, top, bottom
+    def within(self, outer: Region) -> Region:
+        """This region in the coordinates of a blob holding `outer`."""
+        return Region(self.top - outer.top, self.bottom - outer.top, self.left - outer.left, self.right - outer.left)
 
 
-def _tile(layers: list[Layer], shapes: dict[str, BlobShape], out: Region) -> tuple[Region, list[TileLayer]]:
-    """The chain's input region a tile of its output needs, and each layer's part, first layer first."""
-    parts: list[TileLayer] = []
+@dataclass
+class TileGeometry:
+    """One tile of a block: the region of every blob it holds, of every input each layer reads, and the
+    pads of each spatial layer (left, right, top, bottom: nonzero only at the image border)."""
+
+    regions: dict[str, Region]
+    reads: dict[tuple[str, int], Region]
+    pads: dict[str, tuple[int, int, int, int]]
+
+
+def _geometry(layers: list[Layer], shapes: dict[str, BlobShape], sink: str, out: Region) -> TileGeometry:
+    """Walking back from `out` of the sink: a blob's region is the union of what its readers read (a
+    Split's outputs all hold its input's), each spatial layer reads what its window needs for its output."""
+    g = TileGeometry({sink: out}, {}, {})
+    need: dict[str, Region] = {}
     for layer in reversed(layers):
+        if layer.type == "Split":
+            region = None
+            for top in layer.tops:
+                region = need[top].union(region)
+            for top in layer.tops:
+                g.regions[top] = region  # type: ignore[assignment]
+        else:
+            region = out if layer.tops[0] == sink else need[layer.tops[0]]
+            g.regions[layer.tops[0]] = region
+        assert region is not None
         in_shape = shapes[layer.bottoms[0]]
-        wh, ww = _windows(layer, in_shape)  # type: ignore[misc]
-        top, bottom = wh.reads(out.top, out.bottom)
-        left, right = ww.reads(out.left, out.right)
-        need = Region(max(top, 0), min(bottom, in_shape.h), max(left, 0), min(right, in_shape.w))
-        parts.append(TileLayer(layer, out, (need.left - left, right - need.right, need.top - top, bottom - need.bottom)))
-        out = need
-    return out, parts[::-1]
+        windows = _windows(layer, in_shape) if layer.type in PAD_IDS else None
+        if windows is not None:
+            top, bottom = windows[0].reads(region.top, region.bottom)
+            left, right = windows[1].reads(region.left, region.right)
+            read = Region(max(top, 0), min(bottom, in_shape.h), max(left, 0), min(right, in_shape.w))
+            g.pads[layer.name] = (read.left - left, right - read.right, read.top - top, bottom - read.bottom)
+        else:
+            read = region
+        for i, b in enumerate(layer.bottoms):
+            g.reads[(layer.name, i)] = read
+            need[b] = read.union(need.get(b))
+    for b, region in need.items():
+        g.regions.setdefault(b, region)
+    return g
 
 
 @dataclass(frozen=True)
 class SpatialTiling:
-    """A chain's layers by name, run as a grid of `rows` x `cols` tiles of the last one's output."""
+    """A block's layers by name, run as a grid of `rows` x `cols` tiles of its sink."""
 
     layers: tuple[str, ...]
     rows: int
     cols: int
-    recompute: float    # MACs the tiles run over the untiled chain's (>= 1)
+    recompute: float    # MACs the tiles run over the untiled block's (>= 1)
     need: int           # the most bytes (live activations + smallest working set) any layer of the tiled model needs
 
     def to_json(self) -> dict:
         return {"layers": list(self.layers), "grid": [self.rows, self.cols], "recompute": round(self.recompute, 4),
                 "need": self.need}
-
-
-def _tile_layer(part: TileLayer, suffix: str, bottom: str) -> Layer:
-    """The copy of `part.layer` one tile runs: its pads where the tile meets the image border, 0 elsewhere."""
-    layer = part.layer
-    p = layer.params.copy()
-    p.remove(SHAPE_HINT_ID)
-    if layer.type in PAD_IDS:
-        for pid, pad in zip(PAD_IDS[layer.type], part.pads):
-            p.set(pid, pad)
-        if layer.type == "Pooling":
-            p.set(5, 1)  # the pads as given: the tail is in them
-    return Layer(layer.type, layer.name + suffix, [bottom], [layer.tops[0] + suffix], p)
 
 
 def _crop(name: str, bottom: str, top: str, region: Region) -> Layer:
@@ -242,96 +315,146 @@ def _grid(out: BlobShape, rows: int, cols: int) -> list[list[Region]]:
     return [[Region(hb[r], hb[r + 1], wb[c], wb[c + 1]) for c in range(cols)] for r in range(rows)]
 
 
-def _macs(layers: list[Layer], shapes: dict[str, BlobShape]) -> int:
-    return sum(shapes[layer.tops[0]].h * shapes[layer.tops[0]].w
-               * _macs_per_pixel(layer, shapes[layer.bottoms[0]], shapes[layer.tops[0]]) for layer in layers)
-
-
 def _shape(c: int, region: Region) -> BlobShape:
     return BlobShape(3, region.w, region.h, 1, c)
 
 
-def rewrite(param: NcnnParam, shapes: dict[str, BlobShape], chain_layers: list[Layer], rows: int, cols: int,
-            modelbin: ModelBin) -> tuple[NcnnParam, ModelBin, dict[str, BlobShape]]:
-    """The model with `chain_layers` run as a grid of tiles, its weights and its blob shapes."""
-    assert rows * cols > 1, "a grid of one tile is the chain itself"
-    first, last = chain_layers[0], chain_layers[-1]
-    source, output, out_shape = first.bottoms[0], last.tops[0], shapes[last.tops[0]]
-    hinted = SHAPE_HINT_ID in last.params
-    chain_names = {layer.name for layer in chain_layers}
-    new_shapes = {b: s for b, s in shapes.items() if b not in {layer.tops[0] for layer in chain_layers}}
+def _tile_layers(layers: list[Layer], shapes: dict[str, BlobShape], source: str, g: TileGeometry, suffix: str,
+                 full_source: str) -> tuple[list[Layer], dict[str, BlobShape]]:
+    """The layers one tile runs, in order: the crop of the source region from `full_source`, a crop
+    wherever a layer reads less than its input holds, and the block's layers, named with `suffix`,
+    their pads set; with the shapes of the blobs they write."""
+    names = {source: f"{source}{suffix}"}
+    out: list[Layer] = [_crop(f"{source}{suffix}.crop", full_source, names[source], g.regions[source])]
+    blob_shapes = {names[source]: _shape(shapes[source].c, g.regions[source])}
+    for layer in layers:
+        bottoms = []
+        for i, b in enumerate(layer.bottoms):
+            read, held = g.reads[(layer.name, i)], g.regions[b]
+            if read == held:
+                bottoms.append(names[b])
+                continue
+            cropped = f"{b}{suffix}.for_{layer.name}"
+            out.append(_crop(f"{layer.name}{suffix}.crop{i}", names[b], cropped, read.within(held)))
+            blob_shapes[cropped] = _shape(shapes[b].c, read)
+            bottoms.append(cropped)
+        p = layer.params.copy()
+        p.remove(SHAPE_HINT_ID)
+        if layer.name in g.pads:
+            for pid, pad in zip(PAD_IDS[layer.type], g.pads[layer.name]):
+                p.set(pid, pad)
+            if layer.type == "Pooling":
+                p.set(5, 1)  # the pads as given: the tail is in them
+        for top in layer.tops:
+            names[top] = f"{top}{suffix}"
+            blob_shapes[names[top]] = _shape(shapes[top].c, g.regions[top])
+        out.append(Layer(layer.type, f"{layer.name}{suffix}", bottoms, [names[t] for t in layer.tops], p))
+    return out, blob_shapes
+
+
+def _block_layers(graph: Graph, block: Block) -> list[Layer]:
+    return graph.order[block.first + 1:block.last + 1]
+
+
+def _macs(layers: list[Layer], shapes: dict[str, BlobShape], regions: dict[str, Region] | None = None) -> int:
+    total = 0
+    for layer in layers:
+        top = shapes[layer.tops[0]]
+        area = top.h * top.w if regions is None else regions[layer.tops[0]].h * regions[layer.tops[0]].w
+        total += area * _macs_per_pixel(layer, shapes[layer.bottoms[0]], top)
+    return total
+
+
+def rewrite(param: NcnnParam, shapes: dict[str, BlobShape], block_layers: list[Layer], source: str, sink: str,
+            rows: int, cols: int, modelbin: ModelBin) -> tuple[NcnnParam, ModelBin, dict[str, BlobShape]]:
+    """The model with `block_layers` (from `source` to `sink`) run as a grid of tiles of the sink, its
+    weights and its blob shapes."""
+    assert rows * cols > 1, "a grid of one tile is the block itself"
+    out_shape = shapes[sink]
+    hinted = SHAPE_HINT_ID in block_layers[-1].params
+    names = {layer.name for layer in block_layers}
+    inside = {top for layer in block_layers for top in layer.tops} - {sink}
+    new_shapes = {b: s for b, s in shapes.items() if b not in inside}
     block: list[Layer] = []
     tile_weights: list[LayerWeights] = []
 
-    def add(layer: Layer, shape: BlobShape) -> None:
-        if hinted:
-            layer.params.set(SHAPE_HINT_ID, [3, shape.w, shape.h, shape.c])  # dims, w, h, c
-        block.append(layer)
-        new_shapes[layer.tops[0]] = shape
+    def add(layers: list[Layer], layer_shapes: dict[str, BlobShape]) -> None:
+        for layer in layers:
+            if hinted:
+                s = layer_shapes[layer.tops[0]]
+                layer.params.set(SHAPE_HINT_ID, [3, s.w, s.h, s.c] * len(layer.tops))  # per top: dims, w, h, c
+            block.append(layer)
+        new_shapes.update(layer_shapes)
 
-    grid = _grid(out_shape, rows, cols)
-    inputs = [f"{source}.flexnn_t{r}_{c}" for r in range(rows) for c in range(cols)]
-    block.append(Layer("Split", f"{last.name}.flexnn_tsplit", [source], inputs))
+    tag = block_layers[-1].name
+    inputs = [f"{source}.flexnn_tin{r}_{c}" for r in range(rows) for c in range(cols)]
+    block.append(Layer("Split", f"{tag}.flexnn_tsplit", [source], inputs))
     row_blobs = []
-    for r, row in enumerate(grid):
+    for r, row in enumerate(_grid(out_shape, rows, cols)):
         row_tiles = []
         for c, region in enumerate(row):
             suffix = f".flexnn_t{r}_{c}"
-            need, parts = _tile(chain_layers, shapes, region)
-            bottom = f"{source}.flexnn_crop{r}_{c}"
-            add(_crop(f"{last.name}.flexnn_crop{r}_{c}", inputs[r * cols + c], bottom, need), _shape(shapes[source].c, need))
-            for part in parts:
-                tile = _tile_layer(part, suffix, bottom)
-                add(tile, _shape(shapes[part.layer.tops[0]].c, part.out))
-                weights = modelbin.get(part.layer.name)
+            g = _geometry(block_layers, shapes, sink, region)
+            layers, layer_shapes = _tile_layers(block_layers, shapes, source, g, suffix, inputs[r * cols + c])
+            add(layers, layer_shapes)
+            for layer in block_layers:
+                weights = modelbin.get(layer.name)
                 if weights is not None:
-                    tile_weights.append(LayerWeights(tile.name, 0, weights.records))
-                bottom = tile.tops[0]
-            row_tiles.append(bottom)
+                    tile_weights.append(LayerWeights(layer.name + suffix, 0, weights.records))
+            row_tiles.append(sink + suffix)
         if cols > 1:
-            row_blob = output if rows == 1 else f"{output}.flexnn_row{r}"
-            add(Layer("Concat", f"{last.name}.flexnn_trow{r}", row_tiles, [row_blob], _axis(2)),
-                _shape(out_shape.c, Region(row[0].top, row[0].bottom, 0, out_shape.w)))
+            row_blob = sink if rows == 1 else f"{sink}.flexnn_row{r}"
+            add([Layer("Concat", f"{tag}.flexnn_trow{r}", row_tiles, [row_blob], _axis(2))],
+                {row_blob: _shape(out_shape.c, Region(row[0].top, row[0].bottom, 0, out_shape.w))})
             row_tiles = [row_blob]
         row_blobs += row_tiles
     if rows > 1:
-        add(Layer("Concat", f"{last.name}.flexnn_tconcat", row_blobs, [output], _axis(1)), out_shape)
-    at = next(i for i, layer in enumerate(param) if layer.name == first.name)
-    layers = ([layer for layer in param.layers[:at] if layer.name not in chain_names] + block
-              + [layer for layer in param.layers[at:] if layer.name not in chain_names])
+        add([Layer("Concat", f"{tag}.flexnn_tconcat", row_blobs, [sink], _axis(1))], {sink: out_shape})
+    at = next(i for i, layer in enumerate(param) if layer.name in names)
+    layers = ([layer for layer in param.layers[:at] if layer.name not in names] + block
+              + [layer for layer in param.layers[at:] if layer.name not in names])
     order = {layer.name: i for i, layer in enumerate(layers)}
-    kept = [lw for lw in modelbin if lw.layer not in chain_names] + tile_weights
+    kept = [lw for lw in modelbin if lw.layer not in names] + tile_weights
     return NcnnParam(layers), ModelBin(ModelBin(sorted(kept, key=lambda lw: order[lw.layer])).layout()), new_shapes
 
 
-def _block_need(chain_layers: list[Layer], shapes: dict[str, BlobShape], beside: int, rows: int, cols: int,
-                target: Target) -> tuple[int, int]:
-    """The most bytes any step of the tiled chain needs (live activations, `beside` of them from outside
-    the chain, + the smallest working set), and the MACs its tiles run. The steps: the Split, per tile
-    its Crop and layers, per row the Concat along w, then the Concat along h."""
-    source, out_shape = shapes[chain_layers[0].bottoms[0]], shapes[chain_layers[-1].tops[0]]
-    need, macs, done_rows = 0, 0, 0
-    for row in _grid(out_shape, rows, cols):
+def _tile_need(block_layers: list[Layer], shapes: dict[str, BlobShape], source: str, g: TileGeometry,
+               held: int, target: Target) -> int:
+    """The most bytes a step of one tile needs: its own live blobs and working set beside `held`."""
+    layers, layer_shapes = _tile_layers(block_layers, shapes, source, g, "", "in")
+    entry = _shape(shapes[source].c, g.regions[source])
+    tile = NcnnParam([Layer("Input", "in", [], [source])] + layers[1:])  # the source crop is the tile's input
+    tile_shapes = {**layer_shapes, source: entry}
+    tile_graph = Graph.build(tile)
+    return held + max([entry.nbytes] + [a.live_bytes + smallest_working_set(a, target)
+                                        for a in analyze(tile_graph, tile_shapes)[1:]])
+
+
+def _block_need(block_layers: list[Layer], shapes: dict[str, BlobShape], source: str, sink: str,
+                rows: int, cols: int, target: Target) -> tuple[int, int] | None:
+    """The most bytes any step of the tiled block needs (the source is the only blob live from outside
+    it) and the MACs its tiles run; None when the MACs exceed MAX_RECOMPUTE times the untiled block's. The steps:
+    the Split, per tile its layers, per row the Concat along w, then the Concat along h."""
+    out_shape = shapes[sink]
+    geometries = [[_geometry(block_layers, shapes, sink, region) for region in row] for row in _grid(out_shape, rows, cols)]
+    macs = sum(_macs(block_layers, shapes, g.regions) for row in geometries for g in row)
+    if macs > MAX_RECOMPUTE * _macs(block_layers, shapes):
+        return None
+    need, done_rows = 0, 0
+    for row in geometries:
         done_tiles = 0
-        for region in row:
-            held = beside + source.nbytes + done_rows + done_tiles
-            needed, parts = _tile(chain_layers, shapes, region)
-            in_shape = _shape(source.c, needed)
-            need = max(need, held + in_shape.nbytes)
-            for part in parts:
-                out = _shape(shapes[part.layer.tops[0]].c, part.out)
-                a = analyze_layer(0, _tile_layer(part, "", "in"), held + in_shape.nbytes + out.nbytes, in_shape, out)
-                need = max(need, a.live_bytes + smallest_working_set(a, target))
-                macs += out.h * out.w * _macs_per_pixel(part.layer, shapes[part.layer.bottoms[0]], shapes[part.layer.tops[0]])
-                in_shape = out
-            done_tiles += in_shape.nbytes
+        for g in row:
+            held = shapes[source].nbytes + done_rows + done_tiles
+            need = max(need, _tile_need(block_layers, shapes, source, g, held, target))
+            done_tiles += _shape(out_shape.c, g.regions[sink]).nbytes
         if cols > 1:
-            row_bytes = _shape(out_shape.c, Region(row[0].top, row[0].bottom, 0, out_shape.w)).nbytes
-            need = max(need, beside + source.nbytes + done_rows + done_tiles + row_bytes)
+            region = row[0].regions[sink]
+            row_bytes = _shape(out_shape.c, Region(region.top, region.bottom, 0, out_shape.w)).nbytes
+            need = max(need, shapes[source].nbytes + done_rows + done_tiles + row_bytes)
             done_tiles = row_bytes
         done_rows += done_tiles
     if rows > 1:
-        need = max(need, beside + done_rows + out_shape.nbytes)
+        need = max(need, done_rows + out_shape.nbytes)
     return need, macs
 
 
@@ -340,28 +463,24 @@ def _downsamples(layer: Layer) -> bool:
 
 
 def options(graph: Graph, shapes: dict[str, BlobShape], analyses: list[LayerAnalysis], target: Target) -> list[SpatialTiling]:
-    """Every sub-chain (from a chain's start or a downsampling layer's output, to a downsampling layer or
-    the chain's end) and square grid, with the need of the whole model so tiled."""
+    """Every block and square grid whose recomputation stays within MAX_RECOMPUTE, with the need of the
+    whole model so tiled."""
     needs = [a.live_bytes + smallest_working_set(a, target) for a in analyses]
     found = []
-    for chain in chains(graph, shapes):
-        layers = graph.order[chain.first:chain.last + 1]
-        starts = [0] + [i + 1 for i, layer in enumerate(layers[:-1]) if _downsamples(layer)]
-        ends = sorted({i for i, layer in enumerate(layers) if _downsamples(layer)} | {len(layers) - 1})
-        for s in starts:
-            for e in (e for e in ends if e >= s and any(layer.type in PAD_IDS for layer in layers[s:e + 1])):
-                sub = layers[s:e + 1]
-                first, last = chain.first + s, chain.first + e
-                outside = max((n for i, n in enumerate(needs) if not first <= i <= last), default=0)
-                beside = (analyses[first].live_bytes - shapes[sub[0].bottoms[0]].nbytes - shapes[sub[0].tops[0]].nbytes)
-                out = shapes[sub[-1].tops[0]]
-                untiled = _macs(sub, shapes)
-                for g in GRIDS:
-                    if g > min(out.h, out.w):
-                        break
-                    need, macs = _block_need(sub, shapes, max(beside, 0), g, g, target)
-                    found.append(SpatialTiling(tuple(layer.name for layer in sub), g, g, macs / untiled,
-                                               max(need, outside)))
+    for block in blocks(graph, shapes):
+        layers = _block_layers(graph, block)
+        outside = max((n for i, n in enumerate(needs) if not block.first < i <= block.last), default=0)
+        out = shapes[block.sink]
+        untiled = _macs(layers, shapes)
+        for grid in GRIDS:
+            if grid > min(out.h, out.w):
+                break
+            found_need = _block_need(layers, shapes, block.source, block.sink, grid, grid, target)
+            if found_need is None:
+                break  # finer grids recompute more
+            need, macs = found_need
+            found.append(SpatialTiling(tuple(layer.name for layer in layers), grid, grid, macs / untiled,
+                                       max(need, outside)))
     return found
 
 
@@ -372,10 +491,11 @@ def choose(candidates: list[SpatialTiling], limit: int) -> SpatialTiling | None:
     return min(fitting, key=lambda o: (o.recompute, o.need)) if fitting else None
 
 
-def apply(param: NcnnParam, modelbin: ModelBin, shapes: dict[str, BlobShape],
+def apply(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape],
           tiling: SpatialTiling) -> tuple[NcnnParam, ModelBin, dict[str, BlobShape]]:
     """The model, weights and blob shapes with `tiling` applied."""
-    by_name = {layer.name: layer for layer in param}
+    block = next(b for b in blocks(graph, shapes) if tuple(l.name for l in _block_layers(graph, b)) == tiling.layers)
     log.info("spatial tiling: %s..%s as %dx%d tiles (%.2fx the MACs)", tiling.layers[0], tiling.layers[-1],
              tiling.rows, tiling.cols, tiling.recompute)
-    return rewrite(param, shapes, [by_name[n] for n in tiling.layers], tiling.rows, tiling.cols, modelbin)
+    return rewrite(param, shapes, _block_layers(graph, block), block.source, block.sink, tiling.rows, tiling.cols,
+                   modelbin)
