@@ -27,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import planning
+from ..analysis import analyze
 from ..cli import UserError
 from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
 from ..prepare import RuntimeOptions, prepare_model
 from ..units import format_size
+from . import spatial
 from .meter import LayerMeter
 from .slicer import SlicingResult, slice_model, write_sliced
 from .streaming import StreamModel
@@ -87,12 +89,14 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
     """(the fitting slicing, 0), or (None, the smallest feasible budget any attempt's plan reported)."""
     input_shapes = {name: tuple(shapes[name].numpy()) for name in graph.inputs}
     meter = LayerMeter(options)
+    tilings = spatial.options(graph, shapes, analyze(graph, shapes), target)  # the same for every attempt
     reserve = 0
     smallest = 0  # the smallest feasible budget an attempt's plan reported (0: none yet)
     shortfall_before: int | None = None
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            result = slice_model(param, modelbin, graph, shapes, budget, target, reserve, progress, stream, meter.cost)
+            result = slice_model(param, modelbin, graph, shapes, budget, target, reserve, progress, stream, meter.cost,
+                                  tilings)
         except UserError:
             if not smallest:
                 raise

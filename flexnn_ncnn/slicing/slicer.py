@@ -65,13 +65,14 @@ class SlicingResult:
 
 def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
                 target: Target, reserve: int = 0, progress: bool = False, stream: StreamModel | None = None,
-                measure: Measure | None = None) -> SlicingResult:
+                measure: Measure | None = None, tilings: list[spatial.SpatialTiling] | None = None) -> SlicingResult:
     """Slice so every layer's weights + intermediates fit what `budget` leaves beside live activations.
 
     `reserve` is taken off every layer's limit: the planner raises it to tighten and retry. With
     `stream`, Winograd decisions are weighed against im2col+GEMM by compute + streamed weights. With
     `measure` (meter.py, on the target), a choice fits when its measurement does; a layer none of whose
     options measures within its limit gets the estimate's choice, and the prepared profile decides.
+    `tilings`: spatial.options of the model, when the caller slices it repeatedly (computed if None).
     Raises UserError naming the smallest feasible budget when `budget` is not enough.
     """
     analyses = analyze(graph, shapes)
@@ -79,7 +80,8 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
     bottleneck = max(analyses, key=lambda a: need[a.layer.name])
     min_budget = need[bottleneck.layer.name]
     # below the activation floor: a block of spatial layers run one output tile at a time (spatial.py)
-    tilings = spatial.options(graph, shapes, analyses, target)
+    if tilings is None:
+        tilings = spatial.options(graph, shapes, analyses, target)
     tiling = spatial.choose(tilings, budget - reserve) if budget < min_budget else None
     if tiling is not None:
         param, modelbin, shapes = spatial.apply(param, modelbin, graph, shapes, tiling)
