@@ -44,6 +44,10 @@ PER_ELEMENT = frozenset({
 })
 # param ids of (pad left, right, top, bottom) by layer type
 PAD_IDS = {"Convolution": (4, 15, 14, 16), "ConvolutionDepthWise": (4, 15, 14, 16), "Pooling": (3, 14, 13, 15)}
+# layers a tile runs with several inputs of one spatial size (geometry: identity per input)
+MERGING = frozenset({"BinaryOp", "Eltwise", "Concat"})
+MAX_RECOMPUTE = 3.0  # options running more than this many times the untiled MACs are not considered
+MAX_BLOCK_LAYERS = 160  # layers a block may span
 
 
 @dataclass(frozen=True)
@@ -122,12 +126,6 @@ def _macs_per_pixel(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> 
         kw = p.get_int(1, 0)
         return out_shape.c * kw * p.get_int(11, kw)
     return out_shape.c
-
-
-# layers a tile runs with several inputs (of one spatial size) or outputs: geometry identity per input
-MERGING = frozenset({"BinaryOp", "Eltwise", "Concat"})
-MAX_RECOMPUTE = 3.0  # options running more than this many times the untiled MACs are not considered
-MAX_BLOCK_LAYERS = 160
 
 
 def _tileable(layer: Layer, shapes: dict[str, BlobShape]) -> bool:
