@@ -34,6 +34,7 @@ from .analysis import LayerAnalysis, analyze
 from .cli import UserError, add_logging_args, run_main, setup_logging
 from .ncnn_model import (BlobShape, Graph, declared_input_shapes, infer_shapes, parse_input_shape, read_bin,
                          read_param)
+from .ncnn_model.stock import check_loads
 from .prepare import RuntimeOptions, prepare_model, transformed_path_for, write_plan_file
 from .slicing import TARGETS, SlicingResult, slice_model, spatial, target_for
 from .slicing.calibrate import calibrate
@@ -184,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not have_bin and not args.analyze:
         raise UserError(f"{bin_path}: no such file (give --bin)")
     modelbin = read_bin(param, bin_path) if have_bin else None
+    check_loads(args.param)
     shapes = infer_shapes(param, graph, inputs, bin_path if have_bin else None)
 
     if args.analyze:

@@ -294,6 +294,7 @@ def _edit(path, old: str, new: str) -> None:
     ("budget too small", "smallest feasible budget"),
     ("missing bin", "no such file"),
     ("bad input shape", "input shape"),
+    ("NCNN refuses the param", "stock NCNN cannot load this .param"),
 ])
 def test_cli_user_errors_exit_2_with_one_line(case, message, small_model, tmp_path):
     param, bin_ = small_model
@@ -312,6 +313,9 @@ def test_cli_user_errors_exit_2_with_one_line(case, message, small_model, tmp_pa
         budget = "1kB"
     elif case == "missing bin":
         bin_.unlink()
+    elif case == "NCNN refuses the param":  # a Softmax written before NCNN fixed its axis (fixbug0 unset)
+        _edit(param, "4 4", "5 5")
+        param.write_text(param.read_text() + "Softmax                  prob                     1 1 out0 prob 0=1\n")
     shape = "1,three,3" if case == "bad input shape" else "1,64"
     proc = run_module("slice", str(param), "--budget", budget, "--input-shape", shape, "-o", str(tmp_path / "out"))
     assert_user_error(proc, message)

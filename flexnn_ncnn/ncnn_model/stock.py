@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -16,6 +19,28 @@ def _ncnn():
     except ImportError:
         raise UserError("stock NCNN is needed here: pip install ncnn==1.0.20261020") from None
     return ncnn
+
+
+def check_loads(param_path: str | Path) -> None:
+    """UserError unless stock NCNN loads the .param: a model our reader accepts but NCNN refuses (e.g.
+    params older than the pinned NCNN reads) fails here, naming the user's file and NCNN's reason (what
+    it printed to stderr, captured), not later on a sliced copy."""
+    net = _ncnn().Net()
+    net.opt.use_vulkan_compute = False
+    with tempfile.TemporaryFile(mode="w+b") as said:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(said.fileno(), 2)
+        try:
+            ret = net.load_param(str(param_path))
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        said.seek(0)
+        reason = "; ".join(line.strip() for line in said.read().decode(errors="replace").splitlines() if line.strip())
+    if ret != 0:
+        raise UserError(f"{param_path}: stock NCNN cannot load this .param ({reason or 'no reason given'}); "
+                        "re-export the model for NCNN of this version")
 
 
 def run_stock(param_path: str | Path, bin_path: str | Path, inputs: dict[str, np.ndarray],
