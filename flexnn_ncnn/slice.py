@@ -119,9 +119,9 @@ def tiling_line(result: SlicingResult) -> str:
 
 
 def tiling_table(options: Sequence[spatial.SpatialTiling], budget: int | None) -> str:
-    """Per sub-chain, each grid: the most any layer of the model so tiled needs, and the recomputation."""
+    """Per block, each grid: the most any layer of the model so tiled needs, and the recomputation."""
     if not options:
-        return "spatial tiling: no chain of spatial layers to tile"
+        return "spatial tiling: no block of spatial layers to tile"
     rows = [[f"{o.layers[0]}..{o.layers[-1]}", len(o.layers), f"{o.rows}x{o.cols}", _mib(o.need), f"{o.recompute:.2f}"]
             + ([] if budget is None else ["yes" if o.need <= budget else "no"]) for o in options]
     headers = ["spatial tiling of", "layers", "grid", "model needs", "MACs x"] + ([] if budget is None else ["fits"])

@@ -12,16 +12,18 @@ import numpy as np
 import pytest
 
 from helpers import assert_counted_within_budget
-from model_helpers import relative_error
+from model_helpers import corpus, relative_error
 from flexnn_ncnn import Session
 from flexnn_ncnn.analysis import analyze
 from flexnn_ncnn.bench.floor import activation_floor
-from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_shape
+from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_shape, read_bin, read_param
 from flexnn_ncnn.ncnn_model.param import SHAPE_HINT_ID
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.slice import main as slice_main
 from flexnn_ncnn.slicing import Target, slice_model, spatial
+from flexnn_ncnn.slicing.policy import smallest_working_set
+from flexnn_ncnn.slicing.streaming import StreamModel
 
 pytest.importorskip("ncnn")
 
@@ -205,3 +207,33 @@ def test_a_hinted_model_keeps_true_shape_hints(tmp_path: Path) -> None:
     for layer in hinted:
         dims, w, h, c = layer.params.get_array(SHAPE_HINT_ID)
         assert (dims, w, h, c) == (3, measured[layer.tops[0]].w, measured[layer.tops[0]].h, measured[layer.tops[0]].c)
+
+
+@pytest.mark.parametrize("name", corpus())
+def test_an_options_need_bounds_its_tiled_models_analysis(name: str, corpus_files) -> None:
+    """The need each option is costed at (tile by tile) is at least what the slicer then finds in the
+    tiled model: at the smallest budget it names, every layer of the tiled model fits its limit."""
+    files = corpus_files(name)
+    param = read_param(files.param)
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {graph.inputs[0]: parse_input_shape(",".join(map(str, files.input_shape)))},
+                          files.bin)
+    modelbin = read_bin(param, files.bin)
+    for option in spatial.options(graph, shapes, analyze(graph, shapes), HOST):
+        tiled_param, _, tiled_shapes = spatial.apply(param, modelbin, graph, shapes, option)
+        tiled = analyze(Graph.build(tiled_param), tiled_shapes)
+        assert max(a.live_bytes + smallest_working_set(a, HOST) for a in tiled) <= option.need, option
+
+
+def test_a_budget_the_untiled_model_fits_is_sliced_as_without_tiling(tmp_path: Path) -> None:
+    """Tiling options lower the smallest budget, never what a budget above the untiled smallest gets
+    (the same rewrite, the same streamed share)."""
+    param, modelbin, graph, shapes, _ = _model(VGG, "1,3,192,192", tmp_path, "vgg")
+    stream = StreamModel(6.5e9, 50e9, 25e9, 2)
+    untiled = slice_model(param, modelbin, graph, shapes, 1 << 40, HOST, tilings=[]).min_budget
+    assert slice_model(param, modelbin, graph, shapes, 1 << 40, HOST).min_budget < untiled
+    for budget in (untiled, untiled * 5 // 4):
+        plain = slice_model(param, modelbin, graph, shapes, budget, HOST, stream=stream, tilings=[])
+        with_options = slice_model(param, modelbin, graph, shapes, budget, HOST, stream=stream)
+        assert with_options.tiling is None and with_options.streamed_share == plain.streamed_share
+        assert with_options.param.format() == plain.param.format()

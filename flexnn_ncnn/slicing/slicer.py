@@ -12,10 +12,10 @@ from tqdm import tqdm
 
 from ..analysis import FixedModel, LayerAnalysis, analyze
 from ..cli import UserError
-from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
-from . import spatial
 from ..files import atomic_write_all
+from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
 from ..units import format_size
+from . import spatial
 from .policy import LayerDecision, Measure, decide, decide_streamed, smallest_working_set
 from .rewrite import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, apply
 from .streaming import StreamModel, streamed_share
@@ -39,7 +39,7 @@ class SlicingResult:
     decisions: list[LayerDecision]
     analyses: list[LayerAnalysis]
     min_budget: int  # the smallest budget this slicer accepts for the model (spatial tiling included)
-    tiling: spatial.SpatialTiling | None  # the chain run as a grid of spatial tiles (None: none)
+    tiling: spatial.SpatialTiling | None  # the block run as a grid of spatial tiles (None: none)
     stream: StreamModel | None  # the stream-aware kernel choice's model (None: off)
     streamed_share: float  # the part of the weights streamed on every inference with the fastest kernels (streaming.py)
 
@@ -78,23 +78,25 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
     analyses = analyze(graph, shapes)
     need = {a.layer.name: a.live_bytes + reserve + smallest_working_set(a, target) for a in analyses}
     bottleneck = max(analyses, key=lambda a: need[a.layer.name])
-    min_budget = need[bottleneck.layer.name]
+    untiled = need[bottleneck.layer.name]
     # below the activation floor: a block of spatial layers run one output tile at a time (spatial.py)
     if tilings is None:
         tilings = spatial.options(graph, shapes, analyses, target)
-    tiling = spatial.choose(tilings, budget - reserve) if budget < min_budget else None
+    min_budget = min([untiled] + [o.need + reserve for o in tilings])
+    if budget < min_budget:
+        raise UserError(
+            f"budget {format_size(budget)} is too small: layer {bottleneck.layer.name} ({bottleneck.layer.type}) "
+            f"needs {format_size(untiled)} with its live activations even fully sliced, and "
+            f"no spatial tiling of its blocks fits, so no budget below {format_size(min_budget)} is feasible "
+            f"(`--budget min` finds the smallest feasible budget)")
+    tiling = spatial.choose(tilings, budget - reserve) if budget < untiled else None
     if tiling is not None:
         param, modelbin, shapes = spatial.apply(param, modelbin, graph, shapes, tiling)
         graph = Graph.build(param)
         analyses = analyze(graph, shapes)
-    min_budget = min([min_budget] + [o.need + reserve for o in tilings])
-    if budget < min_budget:
-        raise UserError(
-            f"budget {format_size(budget)} is too small: layer {bottleneck.layer.name} ({bottleneck.layer.type}) "
-            f"needs {format_size(need[bottleneck.layer.name])} with its live activations even fully sliced, and "
-            f"no spatial tiling of its blocks fits, so no budget below {format_size(min_budget)} is feasible "
-            f"(`--budget min` finds the smallest feasible budget)")
-    share = streamed_share(analyses, budget - min_budget) if stream is not None else 0.0
+    # what the model as sliced leaves for pinning (an option's need bounds its tiled model's analysis)
+    least = max(a.live_bytes + reserve + smallest_working_set(a, target) for a in analyses)
+    share = streamed_share(analyses, budget - least) if stream is not None else 0.0
     decisions: dict[str, LayerDecision] = {}
     # disable=None shows the bar only on a terminal: piped stderr keeps to the one-line error contract
     for a in tqdm(analyses, desc="slicing", unit="layer", disable=None if progress else True):

@@ -77,7 +77,7 @@ def _windows(layer: Layer, in_shape: BlobShape) -> tuple[Window, Window] | None:
     if len(layer.bottoms) != 1 or len(layer.tops) != 1 or in_shape.dims != 3:
         return None
     if layer.type in PER_ELEMENT:
-        return None if layer.type == "Scale" and p.get_int(0, 0) == -233 else (IDENTITY, IDENTITY)
+        return IDENTITY, IDENTITY
     if layer.type in ("Convolution", "ConvolutionDepthWise"):
         if p.get_int(19, 0) or p.get_int(8, 0):  # weights from a second input; int8 (its int8 outputs: no Crop/Concat)
             return None
