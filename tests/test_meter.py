@@ -84,3 +84,22 @@ def test_a_choice_whose_measurement_exceeds_its_limit_is_not_taken(analyses) -> 
     d = decide(c3, limit, HOST16, measure)
     assert not d.kernel.startswith("winograd") or d.slices > 1
     assert d.after == measure(c3, d.kernel, d.slice_width, d.tiles) and d.after.total <= limit
+
+
+def test_a_wide_conv_no_whole_kernel_fits_is_cut_both_ways() -> None:
+    """VGG-19's conv4_2 (512 -> 512, 3x3, 28x28) in 8 MB: Winograd's input transform alone is larger at
+    any width, its raw weights (9.4 MB) exceed the limit, and a direct kernel's choice NCNN does not
+    honour (it runs Winograd). im2col+GEMM cut by output channels and by input tiles is what fits, by
+    its measurement."""
+    param = NcnnParam.parse("""7767517
+2 2
+Input            in     0 1 data 0=28 1=28 2=512
+Convolution      c      1 1 data out 0=512 1=3 4=1 5=1 6=2359296
+""")
+    graph = Graph.build(param)
+    c = analyze(graph, infer_shapes(param, graph, {"data": BlobShape(3, 28, 28, 1, 512)}))[1]
+    limit = 8_000_000
+    meter = LayerMeter(RuntimeOptions(threads=2))
+    d = decide(c, limit, HOST16, meter.cost)
+    assert d is not None and d.kernel == "im2col_gemm" and d.slice_width < 512 and d.tiles > 1
+    assert d.after == meter.cost(c, "im2col_gemm", d.slice_width, d.tiles) and d.after.total <= limit

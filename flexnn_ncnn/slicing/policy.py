@@ -4,7 +4,7 @@ Each layer gets the limit the budget leaves it: budget − activations resident 
 `reserve` (what the planner holds back when it tightens and retries). The kernels are tried fastest
 first, each with its own slicing: Winograd with weights slicing (fewest slices that fit), Im2col+GEMM
 with input slicing (as many tiles as SIMD efficiency allows, only when the whole im2col does not fit),
-direct with weights slicing; matrix layers (InnerProduct, constant-B Gemm) with weights slicing.
+then also weights slicing (its raw-size weights exceed the limit of a wide layer), direct with weights slicing; matrix layers (InnerProduct, constant-B Gemm) with weights slicing.
 Slice widths are multiples of the target's SIMD width.
 
 On the target (fit.py) each choice is measured (meter.py): an option fits when its measurement does,
@@ -85,6 +85,7 @@ def _options(a: LayerAnalysis, target: Target) -> Iterator[tuple[str, int, int]]
             tiles = m.max_tiles(kernel, target.min_tile_pixels)
             if tiles > 1:
                 yield kernel, m.rows, tiles
+            yield from _weights_sliced(kernel, m.rows, tiles, target)
         elif mode == "weights" and m.rows:
             for width in slice_widths(m.rows, target.simd_width):
                 if width < m.rows:
@@ -172,5 +173,14 @@ def _streamed_im2col_options(m: ConvModel, target: Target) -> Iterator[tuple[str
     weights-sliced (fewest slices, most tiles): its raw-size weights can then dominate the layer."""
     tiles = m.max_tiles("im2col_gemm", target.min_tile_pixels)
     yield "im2col_gemm", m.rows, 1
-    for width in slice_widths(m.rows, target.simd_width):
-        yield "im2col_gemm", width, tiles
+    yield "im2col_gemm", m.rows, tiles
+    yield from _weights_sliced("im2col_gemm", m.rows, tiles, target)
+
+
+def _weights_sliced(kernel: str, rows: int, tiles: int, target: Target) -> Iterator[tuple[str, int, int]]:
+    """An input-sliced kernel also cut by output channels, fewest slices first, each with `tiles`: the
+    raw-size weights of a wide layer can then dominate it (NCNN honours im2col+GEMM's choice, not
+    direct's: where Winograd fits nowhere, this is the way down)."""
+    for width in slice_widths(rows, target.simd_width):
+        if width < rows:
+            yield kernel, width, tiles
