@@ -370,7 +370,32 @@ def _fixed_model(layer: Layer, in_shape: BlobShape | None) -> FixedModel:
         heads = layer.params.get_int(1, 1)
         # q, k, v projections and one attention matrix per head
         return FixedModel(weights, (3 * seq * embed + heads * seq * seq) * 4, "attention")
+    if layer.type == "Pooling" and in_shape is not None and in_shape.dims == 3:
+        return FixedModel(weights, _pooling_border_bytes(layer.params, in_shape), "-")
     return FixedModel(weights, 0, "-" if not weights else "default")
+
+
+def _pooling_border_bytes(p: ParamDict, shape: BlobShape) -> int:
+    """The bordered copy of its input a padded Pooling makes (NCNN's Pooling::make_padding: explicit
+    pads, pad_mode 0's tail up to a whole stride, pad_mode 2/3's SAME pads); 0 when none is needed."""
+    if p.get_int(4, 0) or p.get_int(7, 0):  # global and adaptive pooling read the input as it is
+        return 0
+    kw = p.get_int(1, 0)
+    kh, sw = p.get_int(11, kw), p.get_int(2, 1)
+    sh, left = p.get_int(12, sw), p.get_int(3, 0)
+    top, right = p.get_int(13, left), p.get_int(14, left)
+    bottom, mode = p.get_int(15, top), p.get_int(5, 0)
+    w, h = shape.w, shape.h
+    if mode == 0:
+        w_tail, h_tail = (w + left + right - kw) % sw, (h + top + bottom - kh) % sh
+        w += left + right + (sw - w_tail if w_tail else 0)
+        h += top + bottom + (sh - h_tail if h_tail else 0)
+    elif mode == 1:
+        w, h = w + left + right, h + top + bottom
+    else:
+        w += max(0, kw + (w - 1) // sw * sw - w)
+        h += max(0, kh + (h - 1) // sh * sh - h)
+    return 0 if (w, h) == (shape.w, shape.h) else _mat_bytes(shape.c, w * h)
 
 
 def analyze_layer(index: int, layer: Layer, live_bytes: int, in_shape: BlobShape | None,

@@ -103,3 +103,23 @@ Convolution      c      1 1 data out 0=512 1=3 4=1 5=1 6=2359296
     d = decide(c, limit, HOST16, meter.cost)
     assert d is not None and d.kernel == "im2col_gemm" and d.slice_width < 512 and d.tiles > 1
     assert d.after == meter.cost(c, "im2col_gemm", d.slice_width, d.tiles) and d.after.total <= limit
+
+
+@pytest.mark.parametrize("pooling", [
+    "0=0 1=3 11=3 2=2 12=2 3=1 13=1 5=1",   # ResNet's stem: explicit pads
+    "0=0 1=3 11=3 2=2 12=2 3=0 13=0 5=0",   # full padding: a tail up to a whole stride
+    "0=0 1=2 11=2 2=2 12=2 3=0 13=0 5=0",   # no pads, no tail: NCNN reads the input as it is
+    "0=1 1=3 11=3 2=1 12=1 3=1 13=1 5=1",   # average pooling, explicit pads
+    "0=0 1=3 11=3 2=2 12=2 5=2",            # SAME (TensorFlow)
+    "0=1 4=1",                              # global
+])
+def test_a_poolings_bordered_copy_is_what_ncnn_allocates(pooling: str) -> None:
+    """analysis.py's cost of a Pooling (a fixed layer: never measured while slicing) is its bordered
+    input copy: the estimate is what NCNN's Pooling allocates, measured (to its layout's alignment)."""
+    shape = BlobShape(3, 57, 56, 1, 24)
+    param = NcnnParam.parse(f"7767517\n2 2\nInput in 0 1 data 0=57 1=56 2=24\nPooling p 1 1 data out {pooling}\n")
+    graph = Graph.build(param)
+    estimate = analyze(graph, infer_shapes(param, graph, {"data": shape}))[1].model.cost("-")
+    measured = LayerMeter(RuntimeOptions(threads=1)).held(param.layers[1], shape)
+    assert (estimate.intermediates > 0) == (measured.intermediates > 0)
+    assert estimate.intermediates == pytest.approx(measured.intermediates, rel=0.01)

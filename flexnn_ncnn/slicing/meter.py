@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -59,15 +59,19 @@ class LayerMeter:
         assert not isinstance(m, FixedModel), "only the slicer's layers are measured"
         layer = a.layer
         params = sub_layer_params(layer, width, m.rows) if width < m.rows else layer.params.copy()
-        probe = with_kernel(Layer(layer.type, "measured", ["in"], ["out"], params), kernel, tiles)
-        shape = a.in_shape
-        assert shape is not None, "a sliced layer has an input"
+        assert a.in_shape is not None, "a sliced layer has an input"
+        held = self.held(with_kernel(Layer(layer.type, "measured", ["in"], ["out"], params), kernel, tiles), a.in_shape)
+        concat = m.out_bytes if width < m.rows else 0
+        return Cost(held.weights, held.intermediates + concat)
+
+    def held(self, layer: Layer, shape: BlobShape) -> Cost:
+        """The weights and intermediates NCNN holds running `layer` (one input) on `shape`."""
+        probe = replace(layer, name="measured", bottoms=["in"], tops=["out"], _line=None, _signature=None)
         module = native.load()
         key = {"build": measured.build_key(module.__file__), "layer": probe.format(), "input": list(shape.numpy()),
                "options": asdict(self.options)}
         weights, intermediates = measured.recalled("layer_cost", key, lambda: self._measure(module, probe, shape))
-        concat = m.out_bytes if width < m.rows else 0
-        return Cost(weights, intermediates + concat)
+        return Cost(weights, intermediates)
 
     def _measure(self, module, probe: Layer, shape: BlobShape) -> list[int]:
         self.measurements += 1
