@@ -20,6 +20,7 @@ from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_s
 from flexnn_ncnn.ncnn_model.param import SHAPE_HINT_ID
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.ncnn_model.stock import run_stock
+from flexnn_ncnn.ncnn_model.structures import STRUCTURES
 from flexnn_ncnn.slice import main as slice_main
 from flexnn_ncnn.slicing import Target, slice_model, spatial
 from flexnn_ncnn.slicing.policy import smallest_working_set
@@ -147,6 +148,63 @@ def test_a_tiled_block_equals_the_untiled_one_exactly_at_every_border(model: str
     assert {b: measured[b] for b in tiled_shapes} == tiled_shapes
 
 
+def _unet(shape: str, folder: Path):
+    return _model(STRUCTURES["unet"].build().format(), shape, folder, "unet")
+
+
+@pytest.mark.parametrize("grid", [(2, 2), (3, 3), (1, 4)])
+def test_a_tiled_unet_equals_the_untiled_one(grid: tuple[int, int], tmp_path: Path) -> None:
+    """A UNet is one block from its input to its head (the skips cross the whole network): the tiles
+    run the encoder, a transposed convolution and a bilinear Interp up, and the skip Concats, the
+    readers of each upsampled blob cropping what the tile's outputs need. On even tile origins (2x2,
+    1x4 of 128x128) every pixel is the untiled one's, bit for bit, with direct kernels; elsewhere NCNN's
+    transposed convolution rounds its sums in another order, within 1e-6."""
+    param, modelbin, graph, shapes, original = _unet("1,3,128,128", tmp_path)
+    assert ("enc1a", "head") in _block_names(graph, shapes)
+    tiled_param, tiled_bin, tiled_shapes = spatial.rewrite(param, shapes, graph.order[1:], "data", "output", *grid,
+                                                           modelbin)
+    tiled = _write(tiled_param, tiled_bin, tmp_path, "unet_tiled")
+    assert sum(layer.type == "Deconvolution" for layer in tiled_param) == grid[0] * grid[1]
+    x = np.random.default_rng(sum(grid)).standard_normal(shapes["data"].numpy()).astype(np.float32)
+    direct = {"winograd": False, "sgemm": False}
+    ref, got = (run_stock(*files, {"data": x}, ["output"], **direct)["output"] for files in (original, tiled))
+    if grid != (3, 3):  # tiles starting at rows/columns 0, 32, 64, 96
+        assert np.array_equal(got, ref)
+    assert relative_error(ref, got) < 1e-6
+    ref, got = (run_stock(*files, {"data": x}, ["output"])["output"] for files in (original, tiled))
+    assert relative_error(ref, got) < TOLERANCE
+    measured = infer_shapes(tiled_param, Graph.build(tiled_param), {"data": shapes["data"]}, tiled[1])
+    assert {b: measured[b] for b in tiled_shapes} == tiled_shapes
+
+
+@pytest.mark.parametrize("layer", [
+    "Interp u 1 1 x y 0=1 1=4.0 2=4.0",               # nearest, by 4
+    "Interp u 1 1 x y 0=2 3=58 4=74",                 # bilinear, to twice the size
+    "Deconvolution u 1 1 x y 0=8 1=3 3=2 4=1 5=1 6=576",  # stride 2, padded: the tile's outputs are cropped
+    "DeconvolutionDepthWise u 1 1 x y 0=8 1=4 3=2 4=1 5=1 6=128 7=8",
+])
+def test_an_upsampling_layer_in_a_tile_equals_the_whole_one(layer: str, tmp_path: Path) -> None:
+    text = f"7767517\n4 4\nInput x0 0 1 x0 0=37 1=29 2=3\nConvolution c 1 1 x0 x 0=8 1=3 4=1 5=1 6=216\n{layer}\n" \
+           "Convolution h 1 1 y out 0=4 1=3 4=1 5=1 6=288\n"
+    param, modelbin, graph, shapes, original = _model(text, "1,3,29,37", tmp_path, "up")
+    for grid in ((2, 2), (3, 2)):
+        tiled_param, tiled_bin, _ = spatial.rewrite(param, shapes, graph.order[1:], "x0", "out", *grid, modelbin)
+        tiled = _write(tiled_param, tiled_bin, tmp_path, "up_tiled")
+        x = np.random.default_rng(3).standard_normal(shapes["x0"].numpy()).astype(np.float32)
+        direct = {"winograd": False, "sgemm": False}
+        ref, got = (run_stock(*files, {"x0": x}, ["out"], **direct)["out"] for files in (original, tiled))
+        assert relative_error(ref, got) < 1e-6, (layer, grid)
+
+
+def test_unsupported_upsampling_ends_a_block(tmp_path: Path) -> None:
+    """align_corners, bicubic and a non-power-of-two scale sample positions a tile cannot reproduce."""
+    for interp in ("0=2 1=2.0 2=2.0 6=1", "0=3 1=2.0 2=2.0", "0=1 1=3.0 2=3.0"):
+        text = f"7767517\n4 4\nInput x0 0 1 x0 0=16 1=16 2=3\nConvolution c 1 1 x0 x 0=8 1=3 4=1 6=216\n" \
+               f"Interp u 1 1 x y {interp}\nConvolution h 1 1 y out 0=4 1=3 4=1 6=288\n"
+        _, _, graph, shapes, _ = _model(text, "1,3,16,16", tmp_path, "up")
+        assert all(end != "h" or start == "h" for start, end in _block_names(graph, shapes)), interp
+
+
 def test_tiles_hold_less_than_the_whole_layers(tmp_path: Path) -> None:
     param, modelbin, graph, shapes, _ = _model(VGG, "1,3,192,192", tmp_path, "vgg")
     analyses = analyze(graph, shapes)
@@ -179,11 +237,31 @@ def test_below_the_activation_floor_the_slicer_tiles_and_the_runtime_equals_stoc
         assert_counted_within_budget(session.stats())
 
 
-def _prepared_untiled(param_path: Path, tmp_path: Path) -> Path:
+def _prepared_untiled(param_path: Path, tmp_path: Path, *args: str) -> Path:
     """The model sliced for a budget that needs no tiling: its profile's activation floor is the model's."""
     out = tmp_path / "untiled"
-    assert slice_main([str(param_path), "--budget", "200MB", "--threads", "2", "-o", str(out)]) == 0
-    return out / "vgg.flexnn.plan.json"
+    assert slice_main([str(param_path), "--budget", "200MB", "--threads", "2", "-o", str(out), *args]) == 0
+    return out / f"{param_path.stem}.flexnn.plan.json"
+
+
+def test_a_unet_below_its_activation_floor_runs_tiled_equal_to_stock(tmp_path: Path) -> None:
+    """At 256x256 the UNet's floor (its full-resolution skip, upsampled blob and their concatenation
+    alive at once) is above 16 MB; tiled whole, it runs in 16 MB, equal to stock NCNN."""
+    _, _, _, _, (param_path, bin_path) = _unet("1,3,256,256", tmp_path)
+    shape = ["--input-shape", "1,3,256,256"]
+    floor = activation_floor(Session(_prepared_untiled(param_path, tmp_path, *shape)).profile)
+    budget = 16_000_000
+    assert budget < floor, (budget, floor)
+    out = tmp_path / "sliced"
+    assert slice_main([str(param_path), "--budget", str(budget), "--threads", "2", "-o", str(out), *shape]) == 0
+    sliced = (out / "unet.flexnn.param").read_text()
+    assert "up2.flexnn_t1_1" in sliced and "up1.flexnn_t1_1" in sliced
+    session = Session(out / "unet.flexnn.plan.json")
+    for seed in range(1, 4):
+        x = np.random.default_rng(seed).standard_normal((3, 256, 256)).astype(np.float32)
+        ref = run_stock(param_path, bin_path, {"data": x}, ["output"], fp32=False)["output"]
+        assert relative_error(ref, session.run({"data": x})["output"]) < TOLERANCE
+        assert_counted_within_budget(session.stats())
 
 
 def test_analyze_lists_the_tiling_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -346,6 +346,32 @@ def yolov2() -> NcnnParam:
     return n.finish()
 
 
+def unet() -> NcnnParam:
+    """A UNet (segmentation, 2 classes): three levels of two 3x3 convolutions, max pooling down, up by
+    a 2x2 stride-2 transposed convolution and by bilinear Interp with a 1x1 convolution, each joined
+    to its level's skip by a channel Concat; every full-resolution blob is alive across the network."""
+    n = _Net(3, 128, 128)
+    x, skips = n.data, []
+    for level, c in enumerate((16, 32), start=1):
+        x = n.conv(f"enc{level}a", x, c, 3, act="relu")
+        x = n.conv(f"enc{level}b", x, c, 3, act="relu")
+        skips.append(x)
+        x = n.pool(f"pool{level}", x, 2, 2)
+    x = n.conv("mid_a", x, 64, 3, act="relu")
+    x = n.conv("mid_b", x, 64, 3, act="relu")                                     # 32x32
+    x = n.add("Deconvolution", "up2", [x], {0: 32, 1: 2, 3: 2, 5: 1, 6: 64 * 32 * 4}, channels=32)
+    x = n.concat("cat2", [x, skips[1]])
+    x = n.conv("dec2a", x, 32, 3, act="relu")
+    x = n.conv("dec2b", x, 32, 3, act="relu")                                     # 64x64
+    x = n.add("Interp", "up1", [x], {0: 2, 1: 2.0, 2: 2.0}, channels=32)
+    x = n.conv("up1_proj", x, 16)
+    x = n.concat("cat1", [x, skips[0]])
+    x = n.conv("dec1a", x, 16, 3, act="relu")
+    x = n.conv("dec1b", x, 16, 3, act="relu")
+    n.conv("head", x, 2, top="output")
+    return n.finish()
+
+
 def alexnet() -> NcnnParam:
     """NCNN's benchmark AlexNet (227x227): grouped convolutions, LRN, 244 MB of weights, 89% in fc6/fc7."""
     n = _Net(3, 227, 227)
@@ -406,6 +432,8 @@ STRUCTURES: dict[str, Structure] = {s.name: s for s in (
     Structure("yolov3_tiny", "YOLOv3-tiny detector: 2 scales, Interp upsampling, Yolov3DetectionOutput (20 classes)",
               yolov3_tiny, (1, 3, 96, 96)),
     Structure("yolov2", "YOLOv2 detector: Reorg passthrough, YoloDetectionOutput (20 classes)", yolov2, (1, 3, 96, 96)),
+    Structure("unet", "UNet segmentation: 3 levels, skip Concats, transposed-conv and bilinear Interp upsampling",
+              unet, (1, 3, 128, 128)),
     Structure("alexnet", "NCNN's benchmark AlexNet at full size (244 MB of weights)", alexnet, (1, 3, 227, 227)),
     Structure("vgg16", "NCNN's benchmark VGG-16 at full size (553 MB of weights)", vgg16, (1, 3, 224, 224)),
 )}

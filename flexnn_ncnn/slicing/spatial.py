@@ -3,8 +3,9 @@
 Channel slicing cannot go below the activation floor: a high-resolution layer's whole input and output
 are alive while it runs. A block is the layers between two points of the network that one blob
 alone crosses (its source and its sink), all of them layers a tile can run: Convolution,
-ConvolutionDepthWise, Pooling, per-element layers, Split, and merges of inputs of one size (residual
-sums, channel concatenations). It is rewritten as a grid of tiles of the sink: each tile crops the
+ConvolutionDepthWise, Pooling, per-element layers, Split, merges of inputs of one size (residual
+sums, channel concatenations), and upsampling (Deconvolution, nearest and bilinear Interp by a power
+of two), so a UNet's encoder, skips and decoder are one block. It is rewritten as a grid of tiles of the sink: each tile crops the
 source to the region its receptive field needs (the halo its neighbours recompute), runs copies of
 the block's layers on it (the same weights, one copy of the records per tile), crops again wherever a
 layer reads less than its input holds (a residual branch beside a padded one), and the tiles'
@@ -12,7 +13,10 @@ outputs are concatenated along w per row of the grid, then the rows along h, int
 consumers are untouched. A tile's layer pads only the sides where its region meets the image
 border, with the full layer's own pads there, so every output pixel is computed from the same inputs
 and padding as in the whole layer; Pooling's tail padding (pad_mode 0) becomes an explicit
-bottom/right pad (pad_mode 1). The result is an ordinary NCNN model: stock NCNN runs it and gives the
+bottom/right pad (pad_mode 1). An upsampling layer runs on the input its outputs need and writes
+the outputs of all of it (a transposed convolution without pads, an Interp of the tile's size); its
+readers crop what they read, so the outputs near the tile's edges, which miss inputs past them or
+clamp there, are never used. The result is an ordinary NCNN model: stock NCNN runs it and gives the
 sink, bit for bit with kernels whose sums do not depend on a pixel's position (direct convolution),
 within rounding with Winograd, whose output blocks then fall elsewhere.
 
@@ -46,6 +50,10 @@ PER_ELEMENT = frozenset({
 PAD_IDS = {"Convolution": (4, 15, 14, 16), "ConvolutionDepthWise": (4, 15, 14, 16), "Pooling": (3, 14, 13, 15)}
 # layers a tile runs with several inputs of one spatial size (geometry: identity per input)
 MERGING = frozenset({"BinaryOp", "Eltwise", "Concat"})
+DECONVOLUTION = frozenset({"Deconvolution", "DeconvolutionDepthWise"})
+# Interp's resize types a tile can run: nearest and bilinear (align_corners off), whose sample positions
+# at an integer power-of-two scale are the same, bit for bit, counted from any even input position
+INTERP_TYPES = {1: 0, 2: 1}  # resize type -> the input halo its outputs read beyond their own position
 MAX_RECOMPUTE = 3.0  # options running more than this many times the untiled MACs are not considered
 MAX_BLOCK_LAYERS = 160  # layers a block may span
 
@@ -69,6 +77,62 @@ class Window:
 
 
 IDENTITY = Window(1, 1, 1, 0)
+
+
+@dataclass(frozen=True)
+class Upsampling:
+    """An upsampling layer along one axis, in its whole output's coordinates: a transposed convolution
+    (output o of the uncropped result gets input i for o in [i·stride, i·stride + extent), then `pad_lo`
+    is cut off) or an Interp by `stride` (output o samples near (o + 0.5) / stride − 0.5, `halo` inputs
+    beyond for bilinear)."""
+
+    stride: int
+    extent: int   # a transposed convolution's kernel extent; 0 for Interp
+    pad_lo: int
+    halo: int
+
+    def reads(self, lo: int, hi: int) -> tuple[int, int]:
+        """The inputs outputs [lo, hi) are computed from (before clipping to the input)."""
+        s = self.stride
+        if self.extent:
+            u_lo, u_hi = lo + self.pad_lo, hi - 1 + self.pad_lo
+            return -((self.extent - 1 - u_lo) // s), u_hi // s + 1
+        if not self.halo:  # nearest: input floor(o / s)
+            return lo // s, (hi - 1) // s + 1
+        # bilinear: floor((o + 0.5) / s − 0.5) and the next input
+        return (2 * lo + 1 - s) // (2 * s), (2 * (hi - 1) + 1 - s) // (2 * s) + 2
+
+    def writes(self, lo: int, hi: int) -> tuple[int, int]:
+        """The outputs a copy of the layer run on inputs [lo, hi) writes (without pads: all of them)."""
+        if self.extent:
+            return lo * self.stride - self.pad_lo, (hi - 1) * self.stride + self.extent - self.pad_lo
+        return lo * self.stride, hi * self.stride
+
+
+def _upsampling(layer: Layer, in_shape: BlobShape, out_shape: BlobShape | None) -> tuple[Upsampling, Upsampling] | None:
+    """(along h, along w) of an upsampling layer a tile can run, None for any other layer."""
+    p = layer.params
+    if len(layer.bottoms) != 1 or len(layer.tops) != 1 or in_shape.dims != 3:
+        return None
+    if layer.type in DECONVOLUTION:
+        if p.get_int(28, 0) or p.get_int(8, 0) or any(p.get_int(pid, 0) for pid in (18, 19, 20, 21)):
+            return None  # weights from a second input, int8, output padding or an output size
+        kw, dw, sw = p.get_int(1, 0), p.get_int(2, 1), p.get_int(3, 1)
+        kh, dh, sh = p.get_int(11, kw), p.get_int(12, dw), p.get_int(13, sw)
+        left = p.get_int(4, 0)
+        top = p.get_int(14, left)
+        if min(left, top, p.get_int(15, left), p.get_int(16, top)) < 0:
+            return None  # SAME
+        return Upsampling(sh, dh * (kh - 1) + 1, top, 0), Upsampling(sw, dw * (kw - 1) + 1, left, 0)
+    if layer.type == "Interp" and out_shape is not None and out_shape.dims == 3:
+        halo = INTERP_TYPES.get(p.get_int(0, 0))
+        if halo is None or p.get_int(5, 0) or p.get_int(6, 0):
+            return None  # bicubic, a size from a second input, align_corners
+        sh, sw = out_shape.h // in_shape.h, out_shape.w // in_shape.w
+        if any(s < 2 or s & (s - 1) or s * n != m for s, n, m in ((sh, in_shape.h, out_shape.h), (sw, in_shape.w, out_shape.w))):
+            return None  # not a power-of-two integer scale
+        return Upsampling(sh, 0, 0, halo), Upsampling(sw, 0, 0, halo)
+    return None
 
 
 def _windows(layer: Layer, in_shape: BlobShape) -> tuple[Window, Window] | None:
@@ -125,6 +189,10 @@ def _macs_per_pixel(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> 
     if layer.type in ("ConvolutionDepthWise", "Pooling"):
         kw = p.get_int(1, 0)
         return out_shape.c * kw * p.get_int(11, kw)
+    if layer.type in DECONVOLUTION:  # each input pixel's kernel spread over stride² output pixels
+        kw, sw = p.get_int(1, 0), p.get_int(3, 1)
+        group = p.get_int(7, 1) if layer.type == "DeconvolutionDepthWise" else 1
+        return max(1, out_shape.c * in_shape.c // group * kw * p.get_int(11, kw) // (sw * p.get_int(13, sw)))
     return out_shape.c
 
 
@@ -146,7 +214,8 @@ def _tileable(layer: Layer, shapes: dict[str, BlobShape]) -> bool:
         if layer.type == "Concat":
             return p.get_int(0, 0) in (0, -3)  # along channels
         return len(set(ins)) == 1  # no broadcasting
-    return _windows(layer, shapes[layer.bottoms[0]]) is not None
+    return (_windows(layer, shapes[layer.bottoms[0]]) is not None
+            or _upsampling(layer, shapes[layer.bottoms[0]], shapes[layer.tops[0]]) is not None)
 
 
 def _crossing(graph: Graph) -> list[str | None]:
@@ -203,8 +272,10 @@ def _run_blocks(graph: Graph, cuts: list[int], crossing: list[str | None], consu
     # a source feeds one layer (a model's Split), which reads its crop
     starts = [a for k, (a, _) in enumerate(segments) if (k == 0 or down[k - 1]) and consumers.get(crossing[a], 0) == 1]
     ends = [b for k, (_, b) in enumerate(segments) if down[k] or k == len(segments) - 1]
+    # a tile's sink is the region of its grid cell: not an upsampling layer's, whose tile writes more
     return [Block(a, b, crossing[a], crossing[b]) for a in starts for b in ends  # type: ignore[arg-type]
-            if a < b <= a + MAX_BLOCK_LAYERS and any(layer.type in PAD_IDS for layer in graph.order[a + 1:b + 1])]
+            if a < b <= a + MAX_BLOCK_LAYERS and any(layer.type in PAD_IDS for layer in graph.order[a + 1:b + 1])
+            and not _is_upsampling(graph.order[b])]
 
 
 @dataclass(frozen=True)
@@ -243,12 +314,13 @@ class TileGeometry:
     regions: dict[str, Region]
     reads: dict[tuple[str, int], Region]
     pads: dict[str, tuple[int, int, int, int]]
+    sizes: dict[str, Region]  # what each upsampling layer's copy writes
 
 
 def _geometry(layers: list[Layer], shapes: dict[str, BlobShape], sink: str, out: Region) -> TileGeometry:
     """Walking back from `out` of the sink: a blob's region is the union of what its readers read (a
     Split's outputs all hold its input's), each spatial layer reads what its window needs for its output."""
-    g = TileGeometry({sink: out}, {}, {})
+    g = TileGeometry({sink: out}, {}, {}, {})
     need: dict[str, Region] = {}
     for layer in reversed(layers):
         if layer.type == "Split":
@@ -268,6 +340,14 @@ def _geometry(layers: list[Layer], shapes: dict[str, BlobShape], sink: str, out:
             left, right = windows[1].reads(region.left, region.right)
             read = Region(max(top, 0), min(bottom, in_shape.h), max(left, 0), min(right, in_shape.w))
             g.pads[layer.name] = (read.left - left, right - read.right, read.top - top, bottom - read.bottom)
+        elif _is_upsampling(layer):
+            axes = _upsampling(layer, in_shape, shapes[layer.tops[0]])
+            assert axes is not None, "a block holds upsampling layers a tile can run"
+            top, bottom = axes[0].reads(region.top, region.bottom)
+            left, right = axes[1].reads(region.left, region.right)
+            read = Region(max(top, 0), min(bottom, in_shape.h), max(left, 0), min(right, in_shape.w))
+            (top, bottom), (left, right) = axes[0].writes(read.top, read.bottom), axes[1].writes(read.left, read.right)
+            g.sizes[layer.name] = g.regions[layer.tops[0]] = Region(top, bottom, left, right)
         else:
             read = region
         for i, b in enumerate(layer.bottoms):
@@ -343,6 +423,13 @@ def _tile_layers(layers: list[Layer], shapes: dict[str, BlobShape], source: str,
                 p.set(pid, pad)
             if layer.type == "Pooling":
                 p.set(5, 1)  # the pads as given: the tail is in them
+        if layer.name in g.sizes:
+            if layer.type in DECONVOLUTION:
+                for pid in (4, 15, 14, 16):  # every output its inputs reach: the readers crop
+                    p.set(pid, 0)
+            elif p.get_int(3, 0) or p.get_int(4, 0):  # Interp to a size: the tile's
+                p.set(3, g.sizes[layer.name].h)
+                p.set(4, g.sizes[layer.name].w)
         for top in layer.tops:
             names[top] = f"{top}{suffix}"
             blob_shapes[names[top]] = _shape(shapes[top].c, g.regions[top])
@@ -454,6 +541,10 @@ def _block_need(block_layers: list[Layer], shapes: dict[str, BlobShape], source:
     if rows > 1:
         need = max(need, done_rows + out_shape.nbytes)
     return need, macs
+
+
+def _is_upsampling(layer: Layer) -> bool:
+    return layer.type in DECONVOLUTION or layer.type == "Interp"
 
 
 def _downsamples(layer: Layer) -> bool:
