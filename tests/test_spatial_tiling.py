@@ -46,6 +46,17 @@ Pooling p2 1 1 d1 p2 0=1 1=3 2=1 3=1 6=1
 Convolution c3 1 1 p2 c3 0=8 1=3 3=2 4=0 15=1 14=1 16=0 5=1 6=1152
 Convolution y 1 1 c3 y 0=4 1=1 5=1 6=32
 """
+# TensorFlow-style SAME padding: a strided SAME_UPPER convolution (-233) on odd sides, a SAME_LOWER
+# dilated one (-234), SAME max (pad_mode 2) and average (pad_mode 3, padding not counted) pooling
+SAME = """7767517
+6 6
+Input x 0 1 x 0=37 1=29 2=3
+Convolution c1 1 1 x c1 0=16 1=3 3=2 4=-233 5=1 6=432 9=1
+Convolution c2 1 1 c1 c2 0=16 1=3 2=2 4=-234 5=1 6=2304
+Pooling p1 1 1 c2 p1 0=0 1=3 2=2 5=2
+Pooling p2 1 1 p1 p2 0=1 1=3 2=1 5=3
+Convolution y 1 1 p2 y 0=4 1=4 4=-233 5=1 6=1024
+"""
 # a ResNet-style stem and two residual blocks (the second downsampling, with a strided 1x1 shortcut),
 # joined by BinaryOp and Eltwise, and a channel concatenation
 RESIDUAL = """7767517
@@ -126,7 +137,7 @@ def _tiled(text: str, shape: str, grid: tuple[int, int], tmp_path: Path, name: s
     return param, shapes, original, tiled_param, tiled_shapes, _write(tiled_param, tiled_bin, tmp_path, f"{name}_tiled")
 
 
-@pytest.mark.parametrize("model", ["chain", "residual"])
+@pytest.mark.parametrize("model", ["chain", "residual", "same"])
 @pytest.mark.parametrize("grid", [(2, 2), (3, 3), (1, 4)])
 def test_a_tiled_block_equals_the_untiled_one_exactly_at_every_border(model: str, grid: tuple[int, int],
                                                                       tmp_path: Path) -> None:
@@ -134,7 +145,7 @@ def test_a_tiled_block_equals_the_untiled_one_exactly_at_every_border(model: str
     pixel is bit for bit the untiled one's: the halos, the border-only pads, the pooling tails and the
     branches' own crops are right. With NCNN's default kernels (Winograd blocks fall elsewhere in a
     tile), within rounding."""
-    text, shape = {"chain": (CHAIN, "1,3,29,37"), "residual": (RESIDUAL, "1,3,27,31")}[model]
+    text, shape = {"chain": (CHAIN, "1,3,29,37"), "residual": (RESIDUAL, "1,3,27,31"), "same": (SAME, "1,3,29,37")}[model]
     param, shapes, original, tiled_param, tiled_shapes, tiled = _tiled(text, shape, grid, tmp_path, model)
     assert sum(layer.type == "Crop" for layer in tiled_param) >= grid[0] * grid[1]
     x = np.random.default_rng(sum(grid)).standard_normal(shapes["x"].numpy()).astype(np.float32)

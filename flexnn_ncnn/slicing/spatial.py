@@ -12,8 +12,8 @@ layer reads less than its input holds (a residual branch beside a padded one), a
 outputs are concatenated along w per row of the grid, then the rows along h, into the sink: its
 consumers are untouched. A tile's layer pads only the sides where its region meets the image
 border, with the full layer's own pads there, so every output pixel is computed from the same inputs
-and padding as in the whole layer; Pooling's tail padding (pad_mode 0) becomes an explicit
-bottom/right pad (pad_mode 1). An upsampling layer runs on the input its outputs need and writes
+and padding as in the whole layer; Pooling's tail padding (pad_mode 0) and SAME pads (which NCNN
+derives from the input's size) become explicit pads. An upsampling layer runs on the input its outputs need and writes
 the outputs of all of it (a transposed convolution without pads, an Interp of the tile's size); its
 readers crop what they read, so the outputs near the tile's edges, which miss inputs past them or
 clamp there, are never used. The result is an ordinary NCNN model: stock NCNN runs it and gives the
@@ -148,21 +148,23 @@ def _windows(layer: Layer, in_shape: BlobShape) -> tuple[Window, Window] | None:
         kw, dw, sw = p.get_int(1, 0), p.get_int(2, 1), p.get_int(3, 1)
         kh, dh, sh = p.get_int(11, kw), p.get_int(12, dw), p.get_int(13, sw)
     elif layer.type == "Pooling":
-        if p.get_int(4, 0) or p.get_int(7, 0) or p.get_int(5, 0) not in (0, 1):
-            return None  # global, adaptive, or SAME padding
+        if p.get_int(4, 0) or p.get_int(7, 0) or p.get_int(5, 0) not in (0, 1, 2, 3):
+            return None  # global or adaptive
         kw, sw, dw = p.get_int(1, 0), p.get_int(2, 1), 1
         kh, sh, dh = p.get_int(11, kw), p.get_int(12, sw), 1
     else:
         return None
     left, right, top, bottom = _pads(layer, in_shape)
     if min(left, right, top, bottom) < 0:
-        return None  # SAME padding (-233/-234)
+        return None  # negative pads that are not NCNN's SAME
     return Window(kh, sh, dh, top), Window(kw, sw, dw, left)
 
 
 def _pads(layer: Layer, in_shape: BlobShape) -> tuple[int, int, int, int]:
     """(left, right, top, bottom) the layer pads its whole input with; Pooling's full-padding mode
-    (pad_mode 0) adds the tail that makes the last window fit, as NCNN does."""
+    (pad_mode 0) adds the tail that makes the last window fit, and SAME padding (a convolution's pads
+    -233 upper / -234 lower, Pooling's pad_mode 2 / 3) what keeps ceil(size / stride) outputs, as NCNN
+    does. A tile's copy gets them explicitly: NCNN would derive SAME pads from the tile's size."""
     p = layer.params
     if layer.type not in PAD_IDS:
         return 0, 0, 0, 0
@@ -170,7 +172,17 @@ def _pads(layer: Layer, in_shape: BlobShape) -> tuple[int, int, int, int]:
     left = p.get_int(li, 0)
     right, top = p.get_int(ri, left), p.get_int(ti, left)
     bottom = p.get_int(bi, top)
-    if layer.type == "Pooling" and p.get_int(5, 0) == 0 and min(left, right, top, bottom) >= 0:
+    pooling = layer.type == "Pooling"
+    mode = p.get_int(5, 0) if pooling else {-233: 2, -234: 3}.get(left, 0) if {left, right, top, bottom} == {left} else 0
+    if mode in (2, 3):
+        kw, sw = p.get_int(1, 0), p.get_int(2 if pooling else 3, 1)
+        kh, sh = p.get_int(11, kw), p.get_int(12 if pooling else 13, sw)
+        dw = 1 if pooling else p.get_int(2, 1)
+        dh = 1 if pooling else p.get_int(12, dw)
+        w_pad = max(0, dw * (kw - 1) + 1 + (in_shape.w - 1) // sw * sw - in_shape.w)
+        h_pad = max(0, dh * (kh - 1) + 1 + (in_shape.h - 1) // sh * sh - in_shape.h)
+        (left, right), (top, bottom) = _same(w_pad, mode == 3), _same(h_pad, mode == 3)
+    elif pooling and mode == 0 and min(left, right, top, bottom) >= 0:
         kw, sw = p.get_int(1, 0), p.get_int(2, 1)
         kh, sh = p.get_int(11, kw), p.get_int(12, sw)
         wtail = (in_shape.w + left + right - kw) % sw
@@ -178,6 +190,12 @@ def _pads(layer: Layer, in_shape: BlobShape) -> tuple[int, int, int, int]:
         right += sw - wtail if wtail else 0
         bottom += sh - htail if htail else 0
     return left, right, top, bottom
+
+
+def _same(total: int, lower: bool) -> tuple[int, int]:
+    """(before, after) of SAME padding: the odd one after (upper) or before (lower)."""
+    small = total // 2
+    return (total - small, small) if lower else (small, total - small)
 
 
 def _macs_per_pixel(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> int:
@@ -422,6 +440,8 @@ def _tile_layers(layers: list[Layer], shapes: dict[str, BlobShape], source: str,
             for pid, pad in zip(PAD_IDS[layer.type], g.pads[layer.name]):
                 p.set(pid, pad)
             if layer.type == "Pooling":
+                if p.get_int(5, 0) in (2, 3) and p.get_int(0, 0) == 1:
+                    p.set(6, 1)  # NCNN's SAME average divides by the whole window, pads included
                 p.set(5, 1)  # the pads as given: the tail is in them
         if layer.name in g.sizes:
             if layer.type in DECONVOLUTION:
