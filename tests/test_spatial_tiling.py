@@ -25,6 +25,7 @@ from flexnn_ncnn.slice import main as slice_main
 from flexnn_ncnn.slicing import Target, slice_model, spatial
 from flexnn_ncnn.slicing.policy import smallest_working_set
 from flexnn_ncnn.slicing.streaming import StreamModel
+from test_int8 import int8_of
 
 pytest.importorskip("ncnn")
 
@@ -157,6 +158,24 @@ def test_a_tiled_block_equals_the_untiled_one_exactly_at_every_border(model: str
     # the shapes the rewrite states are NCNN's
     measured = infer_shapes(tiled_param, Graph.build(tiled_param), {"x": shapes["x"]}, tiled[1])
     assert {b: measured[b] for b in tiled_shapes} == tiled_shapes
+
+
+@pytest.mark.parametrize("model", ["chain", "residual"])
+def test_a_tiled_int8_block_equals_the_untiled_one_exactly(model: str, tmp_path: Path) -> None:
+    """int8 convolutions (dequantized outputs) quantize each tile's input with the layer's one input
+    scale and pad it with zeros only at the image border: integer sums, bit for bit the untiled ones."""
+    text, shape = {"chain": (CHAIN, "1,3,29,37"), "residual": (RESIDUAL, "1,3,27,31")}[model]
+    text = "\n".join(line + " 8=1" if line.startswith("ConvolutionDepthWise") else line
+                     for line in int8_of(text).splitlines()) + "\n"
+    param, modelbin, graph, shapes, original = _model(text, shape, tmp_path, model)
+    assert ("c1", "y") in _block_names(graph, shapes) or ("stem", "y") in _block_names(graph, shapes)
+    x = np.random.default_rng(7).standard_normal(shapes["x"].numpy()).astype(np.float32)
+    ref = run_stock(*original, {"x": x}, ["y"])["y"]
+    for grid in ((2, 2), (3, 3)):
+        tiled_param, tiled_bin, _ = spatial.rewrite(param, shapes, graph.order[1:], "x", "y", *grid, modelbin)
+        assert sum("8=1" in layer.format() for layer in tiled_param) >= grid[0] * grid[1]
+        got = run_stock(*_write(tiled_param, tiled_bin, tmp_path, f"{model}_tiled"), {"x": x}, ["y"])["y"]
+        assert np.array_equal(got, ref), grid
 
 
 def _unet(shape: str, folder: Path):

@@ -143,7 +143,7 @@ def _windows(layer: Layer, in_shape: BlobShape) -> tuple[Window, Window] | None:
     if layer.type in PER_ELEMENT:
         return IDENTITY, IDENTITY
     if layer.type in ("Convolution", "ConvolutionDepthWise"):
-        if p.get_int(19, 0) or p.get_int(8, 0):  # weights from a second input; int8 (its int8 outputs: no Crop/Concat)
+        if p.get_int(19, 0) or p.get_int(8, 0) > 100:  # weights from a second input; an int8 (requantized) output
             return None
         kw, dw, sw = p.get_int(1, 0), p.get_int(2, 1), p.get_int(3, 1)
         kh, dh, sh = p.get_int(11, kw), p.get_int(12, dw), p.get_int(13, sw)
