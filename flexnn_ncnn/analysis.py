@@ -280,10 +280,10 @@ def _conv_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> Conv
     pl = p.get_int(4, 0)
     pads = (pl, p.get_int(15, pl), p.get_int(14, pl), p.get_int(16, p.get_int(14, pl)))
     bands_border = min(pads) >= 0 and p.get(18, 0) == 0
-    if min(pads) < 0:  # SAME padding (-233/-234): the total NCNN adds so the output has its size
+    if min(pads) < 0:  # SAME padding (-233 upper, -234 lower): the total NCNN adds so the output has its size
         pad_w = max((out_shape.w - 1) * sw + (kw - 1) * dw + 1 - in_shape.w, 0)
         pad_h = max((out_shape.h - 1) * sh + (kh - 1) * dh + 1 - in_shape.h, 0)
-        pads = (pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2)
+        pads = (*same_pads(pad_w, pl == -234), *same_pads(pad_h, pl == -234))
     return ConvModel(in_shape.c, p.get_int(0, 0), kh, kw, (sh, sw), (dh, dw), (in_shape.h, in_shape.w), pads,
                      (out_shape.h, out_shape.w), bool(p.get_int(5, 0)), out_shape.nbytes, bands_border)
 
@@ -375,27 +375,39 @@ def _fixed_model(layer: Layer, in_shape: BlobShape | None) -> FixedModel:
     return FixedModel(weights, 0, "-" if not weights else "default")
 
 
-def _pooling_border_bytes(p: ParamDict, shape: BlobShape) -> int:
-    """The bordered copy of its input a padded Pooling makes (NCNN's Pooling::make_padding: explicit
-    pads, pad_mode 0's tail up to a whole stride, pad_mode 2/3's SAME pads); 0 when none is needed."""
-    if p.get_int(4, 0) or p.get_int(7, 0):  # global and adaptive pooling read the input as it is
-        return 0
+def same_pads(total: int, lower: bool) -> tuple[int, int]:
+    """(before, after) of `total` SAME padding: the odd one after (SAME_UPPER) or before (SAME_LOWER)."""
+    small = total // 2
+    return (total - small, small) if lower else (small, total - small)
+
+
+def pooling_pads(p: ParamDict, shape: BlobShape) -> tuple[int, int, int, int]:
+    """(left, right, top, bottom) NCNN's Pooling borders its input with (Pooling::make_padding): the
+    explicit pads, with pad_mode 0 the tail that makes the last window whole, with pad_mode 2/3 the
+    SAME pads that keep ceil(size / stride) outputs."""
     kw = p.get_int(1, 0)
     kh, sw = p.get_int(11, kw), p.get_int(2, 1)
     sh, left = p.get_int(12, sw), p.get_int(3, 0)
     top, right = p.get_int(13, left), p.get_int(14, left)
     bottom, mode = p.get_int(15, top), p.get_int(5, 0)
-    w, h = shape.w, shape.h
-    if mode == 0:
-        w_tail, h_tail = (w + left + right - kw) % sw, (h + top + bottom - kh) % sh
-        w += left + right + (sw - w_tail if w_tail else 0)
-        h += top + bottom + (sh - h_tail if h_tail else 0)
-    elif mode == 1:
-        w, h = w + left + right, h + top + bottom
-    else:
-        w += max(0, kw + (w - 1) // sw * sw - w)
-        h += max(0, kh + (h - 1) // sh * sh - h)
-    return 0 if (w, h) == (shape.w, shape.h) else _mat_bytes(shape.c, w * h)
+    if mode in (2, 3):
+        (left, right), (top, bottom) = (same_pads(max(0, k + (n - 1) // st * st - n), mode == 3)
+                                        for k, st, n in ((kw, sw, shape.w), (kh, sh, shape.h)))
+    elif mode == 0:
+        w_tail, h_tail = (shape.w + left + right - kw) % sw, (shape.h + top + bottom - kh) % sh
+        right += sw - w_tail if w_tail else 0
+        bottom += sh - h_tail if h_tail else 0
+    return left, right, top, bottom
+
+
+def _pooling_border_bytes(p: ParamDict, shape: BlobShape) -> int:
+    """The bordered copy of its input a padded Pooling makes; 0 when it pads nothing."""
+    if p.get_int(4, 0) or p.get_int(7, 0):  # global and adaptive pooling read the input as it is
+        return 0
+    left, right, top, bottom = pooling_pads(p, shape)
+    if not any((left, right, top, bottom)):
+        return 0
+    return _mat_bytes(shape.c, (shape.w + left + right) * (shape.h + top + bottom))
 
 
 def analyze_layer(index: int, layer: Layer, live_bytes: int, in_shape: BlobShape | None,

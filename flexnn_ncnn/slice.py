@@ -32,11 +32,11 @@ from typing import Sequence
 
 from .analysis import LayerAnalysis, analyze
 from .cli import UserError, add_logging_args, run_main, setup_logging
-from .ncnn_model import (BlobShape, Graph, declared_input_shapes, infer_shapes, parse_input_shape, read_bin,
+from .ncnn_model import (BlobShape, Graph, ModelBin, declared_input_shapes, infer_shapes, parse_input_shape, read_bin,
                          read_param)
 from .ncnn_model.stock import check_loads
 from .prepare import RuntimeOptions, prepare_model, transformed_path_for, write_plan_file
-from .slicing import TARGETS, SlicingResult, slice_model, spatial, target_for
+from .slicing import TARGETS, SlicingResult, Target, slice_model, spatial, target_for
 from .slicing.calibrate import calibrate
 from .slicing.fit import fit_to_budget, smallest_budget
 from .slicing.slicer import write_sliced
@@ -111,11 +111,12 @@ def stream_line(result: SlicingResult) -> str:
 
 
 def tiling_line(result: SlicingResult) -> str:
-    t = result.tiling
-    if t is None:
+    if not result.tilings:
         return "spatial tiling: none (the budget holds every layer's whole input and output)"
-    return (f"spatial tiling: {t.layers[0]}..{t.layers[-1]} run as {t.rows}x{t.cols} tiles of {t.layers[-1]}'s output "
-            f"({t.recompute:.2f}x their MACs): their full-resolution blobs never exist")
+    blocks = "; ".join(f"{t.layers[0]}..{t.layers[-1]} as {t.rows}x{t.cols} tiles of {t.layers[-1]}'s output "
+                       f"({t.recompute:.2f}x their MACs)" for t in result.tilings)
+    return f"spatial tiling: {blocks}: their full-resolution blobs never exist"
+
 
 
 def tiling_table(options: Sequence[spatial.SpatialTiling], budget: int | None) -> str:
@@ -126,6 +127,20 @@ def tiling_table(options: Sequence[spatial.SpatialTiling], budget: int | None) -
             + ([] if budget is None else ["yes" if o.need <= budget else "no"]) for o in options]
     headers = ["spatial tiling of", "layers", "grid", "model needs", "MACs x"] + ([] if budget is None else ["fits"])
     return _table(headers, rows) + "\n(MiB; model needs = the most live activations + smallest working set of any layer)"
+
+
+def tiling_levels(tiler: spatial.Tiler, target: Target) -> str:
+    """Block by block: the need of the model with each further block tiled, as far as tiling goes."""
+    least = tiler.smallest_need()  # makes the steps
+    root = tiler.root[0]
+    lines = [f"tiled block by block: {_mib(spatial.model_need(root.analyses, target))} MiB untiled"]
+    deepest = max(tiler.models.values(), key=lambda m: len(m[0].tilings))[0]
+    for k, t in enumerate(deepest.tilings, start=1):
+        model = tiler.models[deepest.tilings[:k]][0]
+        lines.append(f"  then {t.layers[0]}..{t.layers[-1]} {t.rows}x{t.cols}: "
+                     f"{_mib(spatial.model_need(model.analyses, target))} MiB")
+    lines.append(f"  the least any tiling reaches: {_mib(least)} MiB")
+    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -191,7 +206,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.analyze:
         analyses = analyze(graph, shapes)
         print(analysis_table(analyses, shapes, budget))
-        print(tiling_table(spatial.options(graph, shapes, analyses, target), budget))
+        weights = modelbin if modelbin is not None else ModelBin([])  # the tiles' copies of no weights
+        tiler = spatial.Tiler(spatial.TiledModel(param, weights, graph, shapes, analyses, ()), target)
+        print(tiling_table(tiler.root[1], budget))
+        print(tiling_levels(tiler, target))
         return 0
     options = RuntimeOptions(threads=args.threads, fp16=not args.no_fp16, pretransform=not args.no_pretransform,
                              map_weights=args.map_weights)

@@ -108,7 +108,8 @@ Convolution      c      1 1 data out 0=512 1=3 4=1 5=1 6=2359296
 @pytest.mark.parametrize("pooling", [
     "0=0 1=3 11=3 2=2 12=2 3=1 13=1 5=1",   # ResNet's stem: explicit pads
     "0=0 1=3 11=3 2=2 12=2 3=0 13=0 5=0",   # full padding: a tail up to a whole stride
-    "0=0 1=2 11=2 2=2 12=2 3=0 13=0 5=0",   # no pads, no tail: NCNN reads the input as it is
+    "0=0 1=2 11=2 2=2 12=2 3=0 13=0 5=0",   # no pads: a tail along w only (57 is odd)
+    "0=0 1=3 11=2 2=2 12=2 3=0 13=0 5=0",   # no pads, no tail: NCNN reads the input as it is
     "0=1 1=3 11=3 2=1 12=1 3=1 13=1 5=1",   # average pooling, explicit pads
     "0=0 1=3 11=3 2=2 12=2 5=2",            # SAME (TensorFlow)
     "0=1 4=1",                              # global

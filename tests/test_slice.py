@@ -76,7 +76,7 @@ def _compare_with_stock(files_param, files_bin, result, graph, feeds, tmp_path) 
     original = {layer.name: layer for layer in read_param(files_param)}
     # a detector's rows depend on thresholds: compare the boxes and scores its detection layer reads
     outputs = [b for layer in graph.order if layer.type in DETECTION_TYPES for b in layer.bottoms] or graph.outputs
-    rewritten = [d.layer for d in result.sliced] + list(result.tiling.layers[-1:] if result.tiling else [])
+    rewritten = [d.layer for d in result.sliced] + [t.layers[-1] for t in result.tilings]
     blobs = list(dict.fromkeys(outputs + [original[name].tops[0] for name in rewritten if name in original]))
     worst = 0.0
     for winograd in (True, False):
@@ -120,7 +120,7 @@ def test_sliced_structure_matches_stock_ncnn(name, corpus_files, tmp_path):
         result = slice_model(param, modelbin, graph, shapes, budget, HOST16)
         _check_fits(result)
         if name in WEIGHTS_BOUND and budget == tightest:
-            assert result.sliced or result.tiling  # cut by channels, or spatially
+            assert result.sliced or result.tilings  # cut by channels, or spatially
         assert _compare_with_stock(files.param, files.bin, result, graph, feeds, tmp_path) <= TOLERANCE
 
 

@@ -16,7 +16,7 @@ from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_s
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.prepare import RuntimeOptions
-from flexnn_ncnn.slicing import Target, slice_model
+from flexnn_ncnn.slicing import Target, slice_model, spatial
 from flexnn_ncnn.slicing.meter import LayerMeter
 
 pytest.importorskip("ncnn")
@@ -56,11 +56,15 @@ def test_deconvolutions_are_costed_by_output_channel(tmp_path: Path) -> None:
 
 
 def test_a_tight_budget_slices_the_deconvolutions_and_stock_ncnn_runs_the_result(tmp_path: Path) -> None:
+    """At the smallest budget channel slicing reaches (spatial tiling, which goes lower by running the
+    decoder as tiles, off)."""
     param, modelbin, graph, shapes = _model(tmp_path)
     target = Target("host", 16)
-    generous = slice_model(param, modelbin, graph, shapes, 1 << 40, target)
+    untiled = spatial.Tiler(spatial.TiledModel(param, modelbin, graph, shapes, analyze(graph, shapes), ()), target,
+                            enabled=False)
+    generous = slice_model(param, modelbin, graph, shapes, 1 << 40, target, tiler=untiled)
     assert not generous.sliced
-    tight = slice_model(param, modelbin, graph, shapes, generous.min_budget, target)
+    tight = slice_model(param, modelbin, graph, shapes, generous.min_budget, target, tiler=untiled)
     sliced = {d.layer: d for d in tight.sliced}
     assert "up" in sliced and sliced["up"].slices > 1 and sliced["up"].kernel == "deconv"
     (tmp_path / "s.param").write_text(tight.param.format())

@@ -47,16 +47,18 @@ Pooling p2 1 1 d1 p2 0=1 1=3 2=1 3=1 6=1
 Convolution c3 1 1 p2 c3 0=8 1=3 3=2 4=0 15=1 14=1 16=0 5=1 6=1152
 Convolution y 1 1 c3 y 0=4 1=1 5=1 6=32
 """
-# TensorFlow-style SAME padding: a strided SAME_UPPER convolution (-233) on odd sides, a SAME_LOWER
-# dilated one (-234), SAME max (pad_mode 2) and average (pad_mode 3, padding not counted) pooling
+# TensorFlow-style SAME padding, odd totals (the odd pad after for upper, before for lower): a strided
+# SAME_UPPER convolution (-233) on odd sides, a SAME_LOWER 4x4 one (-234), SAME max pooling (pad_mode 2),
+# a SAME_LOWER 2x2 average pooling (pad_mode 3: NCNN divides by the whole window, pads counted) and a
+# dilated SAME_UPPER 4x4 convolution
 SAME = """7767517
 6 6
 Input x 0 1 x 0=37 1=29 2=3
 Convolution c1 1 1 x c1 0=16 1=3 3=2 4=-233 5=1 6=432 9=1
-Convolution c2 1 1 c1 c2 0=16 1=3 2=2 4=-234 5=1 6=2304
+Convolution c2 1 1 c1 c2 0=16 1=4 4=-234 5=1 6=4096
 Pooling p1 1 1 c2 p1 0=0 1=3 2=2 5=2
-Pooling p2 1 1 p1 p2 0=1 1=3 2=1 5=3
-Convolution y 1 1 p2 y 0=4 1=4 4=-233 5=1 6=1024
+Pooling p2 1 1 p1 p2 0=1 1=2 2=1 5=3
+Convolution y 1 1 p2 y 0=4 1=4 2=2 4=-233 5=1 6=1024
 """
 # a ResNet-style stem and two residual blocks (the second downsampling, with a strided 1x1 shortcut),
 # joined by BinaryOp and Eltwise, and a channel concatenation
@@ -173,9 +175,45 @@ def test_a_tiled_int8_block_equals_the_untiled_one_exactly(model: str, tmp_path:
     ref = run_stock(*original, {"x": x}, ["y"])["y"]
     for grid in ((2, 2), (3, 3)):
         tiled_param, tiled_bin, _ = spatial.rewrite(param, shapes, graph.order[1:], "x", "y", *grid, modelbin)
-        assert sum("8=1" in layer.format() for layer in tiled_param) >= grid[0] * grid[1]
+        assert sum(layer.params.get_int(8, 0) == 1 for layer in tiled_param) >= grid[0] * grid[1]
         got = run_stock(*_write(tiled_param, tiled_bin, tmp_path, f"{model}_tiled"), {"x": x}, ["y"])["y"]
         assert np.array_equal(got, ref), grid
+
+
+# two high-resolution stages a per-pixel Softmax across channels (not a layer a tile runs) separates:
+# tiling either leaves the other at its floor
+TWO_STAGES = """7767517
+11 11
+Input data 0 1 data 0=128 1=128 2=3
+Convolution a1 1 1 data a1 0=24 1=3 4=1 5=1 6=648 9=1
+Convolution a2 1 1 a1 a2 0=24 1=3 4=1 5=1 6=5184 9=1
+Pooling pa 1 1 a2 pa 0=0 1=2 2=2
+Softmax sm 1 1 pa sm 0=0 1=1
+Convolution b1 1 1 sm b1 0=96 1=3 4=1 5=1 6=20736 9=1
+Convolution b2 1 1 b1 b2 0=96 1=3 4=1 5=1 6=82944 9=1
+Pooling pb2 1 1 b2 pb2 0=0 1=2 2=2
+Pooling pb 1 1 pb2 pb 0=1 4=1
+Flatten f 1 1 pb f
+InnerProduct fc 1 1 f output 0=10 1=1 2=960
+"""
+
+
+def test_below_what_one_tiled_block_reaches_two_are_tiled(tmp_path: Path) -> None:
+    param, modelbin, graph, shapes, original = _model(TWO_STAGES, "1,3,128,128", tmp_path, "two")
+    analyses = analyze(graph, shapes)
+    one = min(o.need for o in spatial.options(graph, shapes, analyses, HOST))
+    tiler = spatial.Tiler(spatial.TiledModel(param, modelbin, graph, shapes, analyses, ()), HOST)
+    both = tiler.smallest_need()
+    assert both < 0.8 * one
+    budget = (one + both) // 2
+    result = slice_model(param, modelbin, graph, shapes, budget, HOST, tiler=tiler)
+    assert sorted(t.layers[-1] for t in result.tilings) == ["pa", "pb2"]
+    assert spatial.model_need(result.analyses, HOST) <= budget
+    tiled = _write(result.param, result.modelbin, tmp_path, "two_tiled")
+    for seed in (1, 2):
+        x = np.random.default_rng(seed).standard_normal(shapes["data"].numpy()).astype(np.float32)
+        ref, got = (run_stock(*files, {"data": x}, ["output"])["output"] for files in (original, tiled))
+        assert relative_error(ref, got) < TOLERANCE
 
 
 def _unet(shape: str, folder: Path):
@@ -226,13 +264,34 @@ def test_an_upsampling_layer_in_a_tile_equals_the_whole_one(layer: str, tmp_path
         assert relative_error(ref, got) < 1e-6, (layer, grid)
 
 
-def test_unsupported_upsampling_ends_a_block(tmp_path: Path) -> None:
-    """align_corners, bicubic and a non-power-of-two scale sample positions a tile cannot reproduce."""
-    for interp in ("0=2 1=2.0 2=2.0 6=1", "0=3 1=2.0 2=2.0", "0=1 1=3.0 2=3.0"):
-        text = f"7767517\n4 4\nInput x0 0 1 x0 0=16 1=16 2=3\nConvolution c 1 1 x0 x 0=8 1=3 4=1 6=216\n" \
-               f"Interp u 1 1 x y {interp}\nConvolution h 1 1 y out 0=4 1=3 4=1 6=288\n"
-        _, _, graph, shapes, _ = _model(text, "1,3,16,16", tmp_path, "up")
-        assert all(end != "h" or start == "h" for start, end in _block_names(graph, shapes)), interp
+@pytest.mark.parametrize("upsampling", [
+    "Interp u 1 1 x y 0=2 1=2.0 2=2.0 6=1",       # align_corners
+    "Interp u 1 1 x y 0=3 1=2.0 2=2.0",           # bicubic
+    "Interp u 1 1 x y 0=1 1=3.0 2=3.0",           # not a power of two
+    "Interp u 1 1 x y 0=1 1=2.01 2=2.01",         # twice the size, but NCNN samples at 1 / 2.01
+    "Deconvolution u 1 1 x y 0=8 1=1 3=2 6=64",  # a kernel narrower than its stride: outputs no input reaches
+])
+def test_upsampling_a_tile_cannot_reproduce_ends_a_block(upsampling: str, tmp_path: Path) -> None:
+    text = f"7767517\n4 4\nInput x0 0 1 x0 0=16 1=16 2=3\nConvolution c 1 1 x0 x 0=8 1=3 4=1 6=216\n" \
+           f"{upsampling}\nConvolution h 1 1 y out 0=4 1=3 4=1 6=288\n"
+    _, _, graph, shapes, _ = _model(text, "1,3,16,16", tmp_path, "up")
+    assert all(end != "h" or start == "h" for start, end in _block_names(graph, shapes))
+
+
+def test_no_block_ends_at_an_upsampling_layer(tmp_path: Path) -> None:
+    """A tile's sink is its grid cell: an upsampling layer's copy writes more than that."""
+    text = "7767517\n4 4\nInput x0 0 1 x0 0=16 1=16 2=3\nConvolution c 1 1 x0 x 0=8 1=3 4=1 6=216\n" \
+           "Interp u 1 1 x y 0=1 1=2.0 2=2.0\nSoftmax s 1 1 y out 0=0\n"
+    _, _, graph, shapes, _ = _model(text, "1,3,16,16", tmp_path, "up")
+    assert all(end != "u" for _, end in _block_names(graph, shapes))
+
+
+def test_a_block_starts_from_floats(tmp_path: Path) -> None:
+    """A requantizing int8 layer (param 8 > 100) writes int8, which NCNN's Crop and Concat do not take."""
+    text = "7767517\n4 4\nInput x0 0 1 x0 0=16 1=16 2=3\nConvolution q 1 1 x0 x 0=8 1=1 6=24 8=102\n" \
+           "Convolution c 1 1 x y 0=8 1=3 4=1 6=576 8=2\nConvolution h 1 1 y out 0=4 1=3 4=1 6=288\n"
+    _, _, graph, shapes, _ = _model(text, "1,3,16,16", tmp_path, "q")
+    assert _block_names(graph, shapes) == []
 
 
 def test_tiles_hold_less_than_the_whole_layers(tmp_path: Path) -> None:
@@ -250,7 +309,7 @@ def test_tiles_hold_less_than_the_whole_layers(tmp_path: Path) -> None:
 def test_below_the_activation_floor_the_slicer_tiles_and_the_runtime_equals_stock(tmp_path: Path) -> None:
     param, modelbin, graph, shapes, (param_path, bin_path) = _model(VGG, "1,3,192,192", tmp_path, "vgg")
     untiled = slice_model(param, modelbin, graph, shapes, 1 << 40, HOST)
-    assert untiled.tiling is None
+    assert not untiled.tilings
     out = tmp_path / "sliced"
     budget = 11_000_000
     assert slice_main([str(param_path), "--budget", str(budget), "--threads", "2", "-o", str(out)]) == 0
@@ -338,10 +397,12 @@ def test_a_budget_the_untiled_model_fits_is_sliced_as_without_tiling(tmp_path: P
     (the same rewrite, the same streamed share)."""
     param, modelbin, graph, shapes, _ = _model(VGG, "1,3,192,192", tmp_path, "vgg")
     stream = StreamModel(6.5e9, 50e9, 25e9, 2)
-    untiled = slice_model(param, modelbin, graph, shapes, 1 << 40, HOST, tilings=[]).min_budget
+    model = spatial.TiledModel(param, modelbin, graph, shapes, analyze(graph, shapes), ())
+    off = spatial.Tiler(model, HOST, enabled=False)
+    untiled = slice_model(param, modelbin, graph, shapes, 1 << 40, HOST, tiler=off).min_budget
     assert slice_model(param, modelbin, graph, shapes, 1 << 40, HOST).min_budget < untiled
     for budget in (untiled, untiled * 5 // 4):
-        plain = slice_model(param, modelbin, graph, shapes, budget, HOST, stream=stream, tilings=[])
+        plain = slice_model(param, modelbin, graph, shapes, budget, HOST, stream=stream, tiler=off)
         with_options = slice_model(param, modelbin, graph, shapes, budget, HOST, stream=stream)
-        assert with_options.tiling is None and with_options.streamed_share == plain.streamed_share
+        assert not with_options.tilings and with_options.streamed_share == plain.streamed_share
         assert with_options.param.format() == plain.param.format()

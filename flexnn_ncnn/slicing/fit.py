@@ -89,14 +89,15 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
     """(the fitting slicing, 0), or (None, the smallest feasible budget any attempt's plan reported)."""
     input_shapes = {name: tuple(shapes[name].numpy()) for name in graph.inputs}
     meter = LayerMeter(options)
-    tilings = spatial.options(graph, shapes, analyze(graph, shapes), target)  # the same for every attempt
+    # the same for every attempt
+    tiler = spatial.Tiler(spatial.TiledModel(param, modelbin, graph, shapes, analyze(graph, shapes), ()), target)
     reserve = 0
     smallest = 0  # the smallest feasible budget an attempt's plan reported (0: none yet)
     shortfall_before: int | None = None
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
             result = slice_model(param, modelbin, graph, shapes, budget, target, reserve, progress, stream, meter.cost,
-                                  tilings)
+                                  tiler)
         except UserError:
             if not smallest:
                 raise

@@ -3,9 +3,10 @@
 Each layer gets the limit the budget leaves it: budget − activations resident while it runs −
 `reserve` (what the planner holds back when it tightens and retries). The kernels are tried fastest
 first, each with its own slicing: Winograd with weights slicing (fewest slices that fit), Im2col+GEMM
-with input slicing (as many tiles as SIMD efficiency allows, only when the whole im2col does not fit),
-then also weights slicing (its raw-size weights exceed the limit of a wide layer), direct with weights slicing; matrix layers (InnerProduct, constant-B Gemm) with weights slicing.
-Slice widths are multiples of the target's SIMD width.
+with input slicing (as many tiles as SIMD efficiency allows, only when the whole im2col does not fit)
+and then weights slicing too (a wide layer's raw-size weights can exceed the limit), direct with
+weights slicing; matrix layers (InnerProduct, constant-B Gemm) with weights slicing. Slice widths are
+multiples of the target's SIMD width.
 
 On the target (fit.py) each choice is measured (meter.py): an option fits when its measurement does,
 and the estimates (analysis.py) only order the options and skip those that, corrected by the first
@@ -137,7 +138,7 @@ def decide(a: LayerAnalysis, limit: int, target: Target, measure: Measure | None
         else:
             why = f"{fastest} needs {before.total:,} B > limit" if kernel == fastest else \
                 f"{fastest} does not fit even sliced"
-            reason = f"{why}; {kernel} {'whole' if whole else SLICING_OF[kernel] + ' sliced'}"
+            reason = f"{why}; {kernel} {_cuts(width < m.rows, tiles > 1)}"
         return LayerDecision(a.layer.name, a.layer.type, kernel, fastest, m.rows, width, tiles, limit, before,
                              cost, reason)
     return None
@@ -163,9 +164,14 @@ def decide_streamed(a: LayerAnalysis, d: LayerDecision, target: Target, stream: 
     if keep <= switch:
         return replace(d, reason=f"{d.reason}; {why}")
     kernel, width, tiles = option
-    cuts = [what for what, cut in (("weights", width < m.rows), ("input", tiles > 1)) if cut]
-    how = " and ".join(cuts) + " sliced" if cuts else "whole"
-    return replace(d, kernel=kernel, slice_width=width, tiles=tiles, after=cost, reason=f"{why}; {kernel} {how}")
+    return replace(d, kernel=kernel, slice_width=width, tiles=tiles, after=cost,
+                   reason=f"{why}; {kernel} {_cuts(width < m.rows, tiles > 1)}")
+
+
+def _cuts(weights: bool, tiles: bool) -> str:
+    """How an option cuts its layer, for a decision's reason."""
+    cuts = [what for what, cut in (("weights", weights), ("input", tiles)) if cut]
+    return " and ".join(cuts) + " sliced" if cuts else "whole"
 
 
 def _streamed_im2col_options(m: ConvModel, target: Target) -> Iterator[tuple[str, int, int]]:
@@ -173,7 +179,8 @@ def _streamed_im2col_options(m: ConvModel, target: Target) -> Iterator[tuple[str
     weights-sliced (fewest slices, most tiles): its raw-size weights can then dominate the layer."""
     tiles = m.max_tiles("im2col_gemm", target.min_tile_pixels)
     yield "im2col_gemm", m.rows, 1
-    yield "im2col_gemm", m.rows, tiles
+    if tiles > 1:
+        yield "im2col_gemm", m.rows, tiles
     yield from _weights_sliced("im2col_gemm", m.rows, tiles, target)
 
 

@@ -39,7 +39,7 @@ class SlicingResult:
     decisions: list[LayerDecision]
     analyses: list[LayerAnalysis]
     min_budget: int  # the smallest budget this slicer accepts for the model (spatial tiling included)
-    tiling: spatial.SpatialTiling | None  # the block run as a grid of spatial tiles (None: none)
+    tilings: tuple[spatial.SpatialTiling, ...]  # the blocks run as grids of spatial tiles, in the order applied
     stream: StreamModel | None  # the stream-aware kernel choice's model (None: off)
     streamed_share: float  # the part of the weights streamed on every inference with the fastest kernels (streaming.py)
 
@@ -58,44 +58,44 @@ class SlicingResult:
             "inputs": {name: list(reversed(s.numpy())) for name, s in self.inputs.items()},
             "param_ids": {"kernel": KERNEL_PARAM_ID, "tiles": TILES_PARAM_ID, "kernel_codes": KERNEL_CODES},
             "stream": None if self.stream is None else {**self.stream.to_json(), "streamed_share": self.streamed_share},
-            "spatial_tiling": None if self.tiling is None else self.tiling.to_json(),
+            "spatial_tilings": [t.to_json() for t in self.tilings],
             "layers": [{**asdict(d), "slices": d.slices} for d in self.decisions],
         }
 
 
 def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
                 target: Target, reserve: int = 0, progress: bool = False, stream: StreamModel | None = None,
-                measure: Measure | None = None, tilings: list[spatial.SpatialTiling] | None = None) -> SlicingResult:
+                measure: Measure | None = None, tiler: spatial.Tiler | None = None) -> SlicingResult:
     """Slice so every layer's weights + intermediates fit what `budget` leaves beside live activations.
 
     `reserve` is taken off every layer's limit: the planner raises it to tighten and retry. With
     `stream`, Winograd decisions are weighed against im2col+GEMM by compute + streamed weights. With
     `measure` (meter.py, on the target), a choice fits when its measurement does; a layer none of whose
     options measures within its limit gets the estimate's choice, and the prepared profile decides.
-    `tilings`: spatial.options of the model, when the caller slices it repeatedly (computed if None).
+    `tiler`: the model's spatial.Tiler, when the caller slices it repeatedly (made here if None).
     Raises UserError naming the smallest feasible budget when `budget` is not enough.
     """
     analyses = analyze(graph, shapes)
     need = {a.layer.name: a.live_bytes + reserve + smallest_working_set(a, target) for a in analyses}
     bottleneck = max(analyses, key=lambda a: need[a.layer.name])
     untiled = need[bottleneck.layer.name]
-    # below the activation floor: a block of spatial layers run one output tile at a time (spatial.py)
-    if tilings is None:
-        tilings = spatial.options(graph, shapes, analyses, target)
-    min_budget = min([untiled] + [o.need + reserve for o in tilings])
+    # below the activation floor: blocks of spatial layers run one output tile at a time (spatial.py)
+    if tiler is None:
+        tiler = spatial.Tiler(spatial.TiledModel(param, modelbin, graph, shapes, analyses, ()), target)
+    min_budget = min(untiled, tiler.smallest_need() + reserve)
     if budget < min_budget:
         raise UserError(
             f"budget {format_size(budget)} is too small: layer {bottleneck.layer.name} ({bottleneck.layer.type}) "
             f"needs {format_size(untiled)} with its live activations even fully sliced, and "
             f"no spatial tiling of its blocks fits, so no budget below {format_size(min_budget)} is feasible "
             f"(`--budget min` finds the smallest feasible budget)")
-    tiling = spatial.choose(tilings, budget - reserve) if budget < untiled else None
-    if tiling is not None:
-        param, modelbin, shapes = spatial.apply(param, modelbin, graph, shapes, tiling)
-        graph = Graph.build(param)
-        analyses = analyze(graph, shapes)
+    tiled = tiler.tile(budget - reserve) if budget < untiled else None
+    tilings: tuple[spatial.SpatialTiling, ...] = ()
+    if tiled is not None:
+        param, modelbin, graph, shapes, analyses, tilings = (tiled.param, tiled.modelbin, tiled.graph, tiled.shapes,
+                                                             tiled.analyses, tiled.tilings)
     # what the model as sliced leaves for pinning (an option's need bounds its tiled model's analysis)
-    least = max(a.live_bytes + reserve + smallest_working_set(a, target) for a in analyses)
+    least = spatial.model_need(analyses, target) + reserve
     share = streamed_share(analyses, budget - least) if stream is not None else 0.0
     decisions: dict[str, LayerDecision] = {}
     # disable=None shows the bar only on a terminal: piped stderr keeps to the one-line error contract
@@ -114,7 +114,7 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
     log.info("%d of %d layers sliced or re-kerneled", sum(d.changed for d in ordered), len(ordered))
     inputs = {b: shapes[b] for b in graph.inputs if b in shapes}
     return SlicingResult(sliced_param, sliced_bin, budget, reserve, target, inputs, ordered, analyses, min_budget,
-                         tiling, stream, share)
+                         tilings, stream, share)
 
 
 def write_sliced(result: SlicingResult, outdir: Path, stem: str,

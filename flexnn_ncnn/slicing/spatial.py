@@ -24,7 +24,8 @@ The full-resolution intermediates never exist: while a tile runs, the source, th
 far and the tile's own (smaller) blobs are alive. `options` enumerates the blocks between
 downsampling segments and the grids, each costed step by step as the slicer costs a layer (live
 activations + its smallest working set), with its recomputation: the MACs the tiles run over the
-untiled block's. `choose` takes the option with the least recomputation that fits a limit.
+untiled block's. `choose` takes the option with the least recomputation that fits a limit; when
+none does, `Tiler` tiles one block and searches the rest of the model again, block by block.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..analysis import LayerAnalysis, analyze
+from ..analysis import LayerAnalysis, analyze, pooling_pads, same_pads
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, ParamDict
 from ..ncnn_model.param import SHAPE_HINT_ID
 from .policy import smallest_working_set
@@ -51,9 +52,9 @@ PAD_IDS = {"Convolution": (4, 15, 14, 16), "ConvolutionDepthWise": (4, 15, 14, 1
 # layers a tile runs with several inputs of one spatial size (geometry: identity per input)
 MERGING = frozenset({"BinaryOp", "Eltwise", "Concat"})
 DECONVOLUTION = frozenset({"Deconvolution", "DeconvolutionDepthWise"})
-# Interp's resize types a tile can run: nearest and bilinear (align_corners off), whose sample positions
-# at an integer power-of-two scale are the same, bit for bit, counted from any even input position
-INTERP_TYPES = {1: 0, 2: 1}  # resize type -> the input halo its outputs read beyond their own position
+# Interp's resize types a tile can run: nearest (1) and bilinear (2, align_corners off), whose sample
+# positions at a power-of-two scale are the same, bit for bit, counted from any whole input position
+NEAREST, BILINEAR = 1, 2
 MAX_RECOMPUTE = 3.0  # options running more than this many times the untiled MACs are not considered
 MAX_BLOCK_LAYERS = 160  # layers a block may span
 
@@ -83,13 +84,13 @@ IDENTITY = Window(1, 1, 1, 0)
 class Upsampling:
     """An upsampling layer along one axis, in its whole output's coordinates: a transposed convolution
     (output o of the uncropped result gets input i for o in [i·stride, i·stride + extent), then `pad_lo`
-    is cut off) or an Interp by `stride` (output o samples near (o + 0.5) / stride − 0.5, `halo` inputs
-    beyond for bilinear)."""
+    is cut off) or an Interp by `stride` (output o samples input o / stride when nearest, the two
+    around (o + 0.5) / stride − 0.5 when `bilinear`)."""
 
     stride: int
     extent: int   # a transposed convolution's kernel extent; 0 for Interp
     pad_lo: int
-    halo: int
+    bilinear: bool
 
     def reads(self, lo: int, hi: int) -> tuple[int, int]:
         """The inputs outputs [lo, hi) are computed from (before clipping to the input)."""
@@ -97,7 +98,7 @@ class Upsampling:
         if self.extent:
             u_lo, u_hi = lo + self.pad_lo, hi - 1 + self.pad_lo
             return -((self.extent - 1 - u_lo) // s), u_hi // s + 1
-        if not self.halo:  # nearest: input floor(o / s)
+        if not self.bilinear:  # nearest: input floor(o / s)
             return lo // s, (hi - 1) // s + 1
         # bilinear: floor((o + 0.5) / s − 0.5) and the next input
         return (2 * lo + 1 - s) // (2 * s), (2 * (hi - 1) + 1 - s) // (2 * s) + 2
@@ -115,23 +116,29 @@ def _upsampling(layer: Layer, in_shape: BlobShape, out_shape: BlobShape | None) 
     if len(layer.bottoms) != 1 or len(layer.tops) != 1 or in_shape.dims != 3:
         return None
     if layer.type in DECONVOLUTION:
-        if p.get_int(28, 0) or p.get_int(8, 0) or any(p.get_int(pid, 0) for pid in (18, 19, 20, 21)):
-            return None  # weights from a second input, int8, output padding or an output size
+        if p.get_int(28, 0) or any(p.get_int(pid, 0) for pid in (18, 19, 20, 21)):
+            return None  # weights from a second input, output padding or an output size
         kw, dw, sw = p.get_int(1, 0), p.get_int(2, 1), p.get_int(3, 1)
         kh, dh, sh = p.get_int(11, kw), p.get_int(12, dw), p.get_int(13, sw)
         left = p.get_int(4, 0)
         top = p.get_int(14, left)
         if min(left, top, p.get_int(15, left), p.get_int(16, top)) < 0:
             return None  # SAME
-        return Upsampling(sh, dh * (kh - 1) + 1, top, 0), Upsampling(sw, dw * (kw - 1) + 1, left, 0)
+        axes = Upsampling(sh, dh * (kh - 1) + 1, top, False), Upsampling(sw, dw * (kw - 1) + 1, left, False)
+        # a kernel narrower than its stride leaves outputs no input reaches: a tile's copy would not write them
+        return axes if all(a.extent >= a.stride for a in axes) else None
     if layer.type == "Interp" and out_shape is not None and out_shape.dims == 3:
-        halo = INTERP_TYPES.get(p.get_int(0, 0))
-        if halo is None or p.get_int(5, 0) or p.get_int(6, 0):
-            return None  # bicubic, a size from a second input, align_corners
+        if p.get_int(0, 0) not in (NEAREST, BILINEAR) or p.get_int(5, 0) or p.get_int(6, 0) or 9 in p:
+            return None  # bicubic, a size from a second input, align_corners, a size expression
         sh, sw = out_shape.h // in_shape.h, out_shape.w // in_shape.w
         if any(s < 2 or s & (s - 1) or s * n != m for s, n, m in ((sh, in_shape.h, out_shape.h), (sw, in_shape.w, out_shape.w))):
             return None  # not a power-of-two integer scale
-        return Upsampling(sh, 0, 0, halo), Upsampling(sw, 0, 0, halo)
+        scales = (p.get(1, 1.0), p.get(2, 1.0))
+        if not (p.get_int(3, 0) or p.get_int(4, 0)) and any(
+                not isinstance(v, (int, float)) or float(v) != s for v, s in zip(scales, (sh, sw))):
+            return None  # NCNN samples at 1 / scale: only the exact power of two gives these positions
+        bilinear = p.get_int(0, 0) == BILINEAR
+        return Upsampling(sh, 0, 0, bilinear), Upsampling(sw, 0, 0, bilinear)
     return None
 
 
@@ -143,7 +150,7 @@ def _windows(layer: Layer, in_shape: BlobShape) -> tuple[Window, Window] | None:
     if layer.type in PER_ELEMENT:
         return IDENTITY, IDENTITY
     if layer.type in ("Convolution", "ConvolutionDepthWise"):
-        if p.get_int(19, 0) or p.get_int(8, 0) > 100:  # weights from a second input; an int8 (requantized) output
+        if p.get_int(19, 0) or _int8_output(layer):  # weights from a second input; an int8 output
             return None
         kw, dw, sw = p.get_int(1, 0), p.get_int(2, 1), p.get_int(3, 1)
         kh, dh, sh = p.get_int(11, kw), p.get_int(12, dw), p.get_int(13, sw)
@@ -161,41 +168,25 @@ def _windows(layer: Layer, in_shape: BlobShape) -> tuple[Window, Window] | None:
 
 
 def _pads(layer: Layer, in_shape: BlobShape) -> tuple[int, int, int, int]:
-    """(left, right, top, bottom) the layer pads its whole input with; Pooling's full-padding mode
-    (pad_mode 0) adds the tail that makes the last window fit, and SAME padding (a convolution's pads
-    -233 upper / -234 lower, Pooling's pad_mode 2 / 3) what keeps ceil(size / stride) outputs, as NCNN
-    does. A tile's copy gets them explicitly: NCNN would derive SAME pads from the tile's size."""
+    """(left, right, top, bottom) the layer pads its whole input with, as NCNN does: Pooling's
+    (analysis.pooling_pads: its tail, its SAME pads), a convolution's explicit or SAME pads (all four
+    -233 upper / -234 lower; keeping ceil(size / stride) outputs). A tile's copy gets them explicitly:
+    NCNN would derive SAME pads from the tile's size."""
     p = layer.params
+    if layer.type == "Pooling":
+        return pooling_pads(p, in_shape)
     if layer.type not in PAD_IDS:
         return 0, 0, 0, 0
     li, ri, ti, bi = PAD_IDS[layer.type]
     left = p.get_int(li, 0)
     right, top = p.get_int(ri, left), p.get_int(ti, left)
     bottom = p.get_int(bi, top)
-    pooling = layer.type == "Pooling"
-    mode = p.get_int(5, 0) if pooling else {-233: 2, -234: 3}.get(left, 0) if {left, right, top, bottom} == {left} else 0
-    if mode in (2, 3):
-        kw, sw = p.get_int(1, 0), p.get_int(2 if pooling else 3, 1)
-        kh, sh = p.get_int(11, kw), p.get_int(12 if pooling else 13, sw)
-        dw = 1 if pooling else p.get_int(2, 1)
-        dh = 1 if pooling else p.get_int(12, dw)
-        w_pad = max(0, dw * (kw - 1) + 1 + (in_shape.w - 1) // sw * sw - in_shape.w)
-        h_pad = max(0, dh * (kh - 1) + 1 + (in_shape.h - 1) // sh * sh - in_shape.h)
-        (left, right), (top, bottom) = _same(w_pad, mode == 3), _same(h_pad, mode == 3)
-    elif pooling and mode == 0 and min(left, right, top, bottom) >= 0:
-        kw, sw = p.get_int(1, 0), p.get_int(2, 1)
-        kh, sh = p.get_int(11, kw), p.get_int(12, sw)
-        wtail = (in_shape.w + left + right - kw) % sw
-        htail = (in_shape.h + top + bottom - kh) % sh
-        right += sw - wtail if wtail else 0
-        bottom += sh - htail if htail else 0
+    if {left, right, top, bottom} in ({-233}, {-234}):
+        kw, dw, sw = p.get_int(1, 0), p.get_int(2, 1), p.get_int(3, 1)
+        kh, dh, sh = p.get_int(11, kw), p.get_int(12, dw), p.get_int(13, sw)
+        (left, right), (top, bottom) = (same_pads(max(0, d * (k - 1) + 1 + (n - 1) // st * st - n), left == -234)
+                                        for k, d, st, n in ((kw, dw, sw, in_shape.w), (kh, dh, sh, in_shape.h)))
     return left, right, top, bottom
-
-
-def _same(total: int, lower: bool) -> tuple[int, int]:
-    """(before, after) of SAME padding: the odd one after (upper) or before (lower)."""
-    small = total // 2
-    return (total - small, small) if lower else (small, total - small)
 
 
 def _macs_per_pixel(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> int:
@@ -287,8 +278,10 @@ def blocks(graph: Graph, shapes: dict[str, BlobShape]) -> list[Block]:
 def _run_blocks(graph: Graph, cuts: list[int], crossing: list[str | None], consumers: dict[str, int]) -> list[Block]:
     segments = list(zip(cuts, cuts[1:]))  # layers (a, b]
     down = [any(_downsamples(layer) for layer in graph.order[a + 1:b + 1]) for a, b in segments]
-    # a source feeds one layer (a model's Split), which reads its crop
-    starts = [a for k, (a, _) in enumerate(segments) if (k == 0 or down[k - 1]) and consumers.get(crossing[a], 0) == 1]
+    # a source feeds one layer (a model's Split), which reads its crop, and holds floats (NCNN's Crop and
+    # Concat do not take the int8 blobs of requantizing layers)
+    starts = [a for k, (a, _) in enumerate(segments) if (k == 0 or down[k - 1]) and consumers.get(crossing[a], 0) == 1
+              and not _int8_output(graph.order[a])]
     ends = [b for k, (_, b) in enumerate(segments) if down[k] or k == len(segments) - 1]
     # a tile's sink is the region of its grid cell: not an upsampling layer's, whose tile writes more
     return [Block(a, b, crossing[a], crossing[b]) for a in starts for b in ends  # type: ignore[arg-type]
@@ -385,6 +378,7 @@ class SpatialTiling:
     cols: int
     recompute: float    # MACs the tiles run over the untiled block's (>= 1)
     need: int           # the most bytes (live activations + smallest working set) any layer of the tiled model needs
+    block_need: int     # the most any step of the tiled block needs (its source live throughout)
 
     def to_json(self) -> dict:
         return {"layers": list(self.layers), "grid": [self.rows, self.cols], "recompute": round(self.recompute, 4),
@@ -470,6 +464,14 @@ def _macs(layers: list[Layer], shapes: dict[str, BlobShape], regions: dict[str, 
     return total
 
 
+def _free_mark(param: NcnnParam) -> str:
+    """What a rewrite's names carry after `.flexnn_`: `t` for the first block tiled, `b2t`, `b3t`, ...
+    for the next (their tiles' blobs are named after blobs an earlier tiling named)."""
+    names = {n for layer in param for n in (layer.name, *layer.bottoms, *layer.tops)}
+    marks = ("t" if k == 1 else f"b{k}t" for k in range(1, len(names) + 2))
+    return next(m for m in marks if not any(f".flexnn_{m}" in n for n in names))
+
+
 def rewrite(param: NcnnParam, shapes: dict[str, BlobShape], block_layers: list[Layer], source: str, sink: str,
             rows: int, cols: int, modelbin: ModelBin) -> tuple[NcnnParam, ModelBin, dict[str, BlobShape]]:
     """The model with `block_layers` (from `source` to `sink`) run as a grid of tiles of the sink, its
@@ -492,13 +494,14 @@ def rewrite(param: NcnnParam, shapes: dict[str, BlobShape], block_layers: list[L
         new_shapes.update(layer_shapes)
 
     tag = block_layers[-1].name
-    inputs = [f"{source}.flexnn_tin{r}_{c}" for r in range(rows) for c in range(cols)]
-    block.append(Layer("Split", f"{tag}.flexnn_tsplit", [source], inputs))
+    mark = _free_mark(param)
+    inputs = [f"{source}.flexnn_{mark}in{r}_{c}" for r in range(rows) for c in range(cols)]
+    block.append(Layer("Split", f"{tag}.flexnn_{mark}split", [source], inputs))
     row_blobs = []
     for r, row in enumerate(_grid(out_shape, rows, cols)):
         row_tiles = []
         for c, region in enumerate(row):
-            suffix = f".flexnn_t{r}_{c}"
+            suffix = f".flexnn_{mark}{r}_{c}"
             g = _geometry(block_layers, shapes, sink, region)
             layers, layer_shapes = _tile_layers(block_layers, shapes, source, g, suffix, inputs[r * cols + c])
             add(layers, layer_shapes)
@@ -508,13 +511,13 @@ def rewrite(param: NcnnParam, shapes: dict[str, BlobShape], block_layers: list[L
                     tile_weights.append(LayerWeights(layer.name + suffix, 0, weights.records))
             row_tiles.append(sink + suffix)
         if cols > 1:
-            row_blob = sink if rows == 1 else f"{sink}.flexnn_row{r}"
-            add([Layer("Concat", f"{tag}.flexnn_trow{r}", row_tiles, [row_blob], _axis(2))],
+            row_blob = sink if rows == 1 else f"{sink}.flexnn_{mark}row{r}"
+            add([Layer("Concat", f"{tag}.flexnn_{mark}row{r}", row_tiles, [row_blob], _axis(2))],
                 {row_blob: _shape(out_shape.c, Region(row[0].top, row[0].bottom, 0, out_shape.w))})
             row_tiles = [row_blob]
         row_blobs += row_tiles
     if rows > 1:
-        add([Layer("Concat", f"{tag}.flexnn_tconcat", row_blobs, [sink], _axis(1))], {sink: out_shape})
+        add([Layer("Concat", f"{tag}.flexnn_{mark}concat", row_blobs, [sink], _axis(1))], {sink: out_shape})
     at = next(i for i, layer in enumerate(param) if layer.name in names)
     layers = ([layer for layer in param.layers[:at] if layer.name not in names] + block
               + [layer for layer in param.layers[at:] if layer.name not in names])
@@ -563,6 +566,12 @@ def _block_need(block_layers: list[Layer], shapes: dict[str, BlobShape], source:
     return need, macs
 
 
+def _int8_output(layer: Layer) -> bool:
+    """The layer writes an int8 blob: a quantizing layer, or an int8 layer that requantizes (param 8 > 100)."""
+    return layer.type in ("Quantize", "Requantize") or (
+        layer.type in ("Convolution", "ConvolutionDepthWise", "InnerProduct") and layer.params.get_int(8, 0) > 100)
+
+
 def _is_upsampling(layer: Layer) -> bool:
     return layer.type in DECONVOLUTION or layer.type == "Interp"
 
@@ -589,8 +598,92 @@ def options(graph: Graph, shapes: dict[str, BlobShape], analyses: list[LayerAnal
                 break  # finer grids recompute more
             need, macs = found_need
             found.append(SpatialTiling(tuple(layer.name for layer in layers), grid, grid, macs / untiled,
-                                       max(need, outside)))
+                                       max(need, outside), need))
     return found
+
+
+def model_need(analyses: list[LayerAnalysis], target: Target) -> int:
+    """The most any layer needs: its live activations and its smallest working set."""
+    return max(a.live_bytes + smallest_working_set(a, target) for a in analyses)
+
+
+@dataclass(frozen=True)
+class TiledModel:
+    """A model with `tilings` applied in turn (none: the model as given)."""
+
+    param: NcnnParam
+    modelbin: ModelBin
+    graph: Graph
+    shapes: dict[str, BlobShape]
+    analyses: list[LayerAnalysis]
+    tilings: tuple[SpatialTiling, ...]
+
+    def tiled(self, tiling: SpatialTiling) -> TiledModel:
+        param, modelbin, shapes = apply(self.param, self.modelbin, self.graph, self.shapes, tiling)
+        graph = Graph.build(param)
+        return TiledModel(param, modelbin, graph, shapes, analyze(graph, shapes), (*self.tilings, tiling))
+
+
+class Tiler:
+    """The model tiled block by block: with one block tiled, the next high-resolution stage sets the
+    need (ResNet's stage 2 once stage 1 is tiled), and one block spanning both would recompute their
+    halos through every layer. Below a limit no single option fits, the block tiled first is the one
+    that lowers the model's need most among those whose own steps fit the limit (least
+    recomputation), then the rest of the model is searched again (a tiled block's Crops and Concats
+    end runs). Tiled models and their options are kept by the tilings applied: a fit slices the same
+    model many times. `enabled=False`: no options."""
+
+    def __init__(self, model: TiledModel, target: Target, enabled: bool = True):
+        self.target = target
+        self.enabled = enabled
+        self.models: dict[tuple[SpatialTiling, ...], tuple[TiledModel, list[SpatialTiling]]] = {}
+        self.root = self._with_options(model)
+
+    def _with_options(self, model: TiledModel) -> tuple[TiledModel, list[SpatialTiling]]:
+        if model.tilings not in self.models:
+            found = options(model.graph, model.shapes, model.analyses, self.target) if self.enabled else []
+            self.models[model.tilings] = (model, found)
+        return self.models[model.tilings]
+
+    def _then(self, model: TiledModel, tiling: SpatialTiling) -> tuple[TiledModel, list[SpatialTiling]]:
+        key = (*model.tilings, tiling)
+        return self.models[key] if key in self.models else self._with_options(model.tiled(tiling))
+
+    def _step(self, model: TiledModel, found: list[SpatialTiling], limit: int) -> SpatialTiling | None:
+        """The block to tile first when no option fits `limit`: lowering the need most, its own steps
+        within `limit` (else those needing least), then the least recomputation."""
+        lowering = [o for o in found if o.need < model_need(model.analyses, self.target)]
+        within = [o for o in lowering if o.block_need <= limit]
+        return min(within or lowering, key=lambda o: (o.need, o.block_need, o.recompute), default=None)
+
+    def tile(self, limit: int) -> TiledModel | None:
+        """The model with blocks tiled until it fits `limit` (the last block with the least
+        recomputation that does), or None when tiling never gets there: first stepping through blocks
+        whose own steps fit the limit, else the way smallest_need goes, which gets there whenever
+        `limit` is at least smallest_need()."""
+        return self._descend(limit, limit) or self._descend(limit, 0)
+
+    def smallest_need(self) -> int:
+        """The least need tiling block by block reaches (each step's own tiles as small as its options go)."""
+        model, found = self.root
+        while True:
+            step = self._step(model, found, 0)
+            if step is None:
+                return min([model_need(model.analyses, self.target)] + [o.need for o in found])
+            model, found = self._then(model, step)
+
+    def _descend(self, limit: int, step_limit: int) -> TiledModel | None:
+        model, found = self.root
+        while True:
+            if model.tilings and model_need(model.analyses, self.target) <= limit:
+                return model
+            tiling = choose(found, limit)
+            if tiling is not None:
+                return self._then(model, tiling)[0]
+            step = self._step(model, found, step_limit)
+            if step is None:
+                return None
+            model, found = self._then(model, step)
 
 
 def choose(candidates: list[SpatialTiling], limit: int) -> SpatialTiling | None:
