@@ -650,11 +650,14 @@ class Tiler:
         return self.models[key] if key in self.models else self._with_options(model.tiled(tiling))
 
     def _step(self, model: TiledModel, found: list[SpatialTiling], limit: int) -> SpatialTiling | None:
-        """The block to tile first when no option fits `limit`: lowering the need most, its own steps
-        within `limit` (else those needing least), then the least recomputation."""
+        """The block to tile first when no option fits `limit`: lowering the need most, then, among
+        those whose own steps fit `limit`, the least recomputation (fewer tiles: fewer layers, each of
+        which the process holds); when none fits, the one whose own steps need least."""
         lowering = [o for o in found if o.need < model_need(model.analyses, self.target)]
         within = [o for o in lowering if o.block_need <= limit]
-        return min(within or lowering, key=lambda o: (o.need, o.block_need, o.recompute), default=None)
+        if within:
+            return min(within, key=lambda o: (o.need, o.recompute))
+        return min(lowering, key=lambda o: (o.need, o.block_need, o.recompute), default=None)
 
     def tile(self, limit: int) -> TiledModel | None:
         """The model with blocks tiled until it fits `limit` (the last block with the least
