@@ -43,6 +43,12 @@ log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 6
 
 
+def tiler_of(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape],
+             target: Target) -> spatial.Tiler:
+    """The model's spatial.Tiler: made once per search, its tiled models serve every attempt and probe."""
+    return spatial.Tiler(spatial.TiledModel(param, modelbin, graph, shapes, analyze(graph, shapes), ()), target)
+
+
 def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
                   target: Target, options: RuntimeOptions, scratch: Path, progress: bool = False,
                   stream: StreamModel | None = None) -> SlicingResult:
@@ -50,10 +56,11 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
     budget's when `budget` is at or above it; attempts are written to `scratch`. Raises
     InfeasibleBudget naming the smallest budget the search verified."""
     try:
-        return _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream)
+        tiler = tiler_of(param, modelbin, graph, shapes, target)  # its tiled models serve every fit below
+        return _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream, tiler)
     except planning.InfeasibleBudget as missed:
         log.info("no slicing fitted %s (%s): searching the smallest budget that fits", format_size(budget), missed)
-    found = smallest_budget(param, modelbin, graph, shapes, target, options, scratch, stream)
+    found = smallest_budget(param, modelbin, graph, shapes, target, options, scratch, stream, tiler=tiler)
     if found.budget <= budget:
         log.info("the slicing for the smallest budget, %s, fits %s", format_size(found.budget), format_size(budget))
         return found.result
@@ -64,17 +71,18 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
 
 def _fit_confirming(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
                     target: Target, options: RuntimeOptions, scratch: Path, progress: bool,
-                    stream: StreamModel | None) -> SlicingResult:
+                    stream: StreamModel | None, tiler: spatial.Tiler) -> SlicingResult:
     """The fit loop, then, when it misses, the loop again at the smallest budget it reported, followed
     while a new slicing for it still misses: raises InfeasibleBudget naming the last one found."""
-    result, smallest = _fit(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream)
+    result, smallest = _fit(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream, tiler)
     if result is not None:
         return result
     for _ in range(MAX_ATTEMPTS):
         if not smallest:
             break
         log.info("confirming that %s fits", format_size(smallest))
-        confirmed, found = _fit(param, modelbin, graph, shapes, smallest, target, options, scratch, progress, stream)
+        confirmed, found = _fit(param, modelbin, graph, shapes, smallest, target, options, scratch, progress, stream,
+                                tiler)
         if confirmed is not None:
             break
         if not found or found <= smallest:
@@ -84,13 +92,11 @@ def _fit_confirming(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
 
 
 def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int, target: Target,
-         options: RuntimeOptions, scratch: Path, progress: bool,
-         stream: StreamModel | None) -> tuple[SlicingResult | None, int]:
+         options: RuntimeOptions, scratch: Path, progress: bool, stream: StreamModel | None,
+         tiler: spatial.Tiler) -> tuple[SlicingResult | None, int]:
     """(the fitting slicing, 0), or (None, the smallest feasible budget any attempt's plan reported)."""
     input_shapes = {name: tuple(shapes[name].numpy()) for name in graph.inputs}
     meter = LayerMeter(options)
-    # the same for every attempt
-    tiler = spatial.Tiler(spatial.TiledModel(param, modelbin, graph, shapes, analyze(graph, shapes), ()), target)
     reserve = 0
     smallest = 0  # the smallest feasible budget an attempt's plan reported (0: none yet)
     shortfall_before: int | None = None
@@ -146,17 +152,19 @@ class SmallestBudget:
 
 def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], target: Target,
                     options: RuntimeOptions, scratch: Path, stream: StreamModel | None = None,
-                    resolution: int = 256 * 1024) -> SmallestBudget:
+                    resolution: int = 256 * 1024, tiler: spatial.Tiler | None = None) -> SmallestBudget:
     """The smallest budget the fit loop fits, to within `resolution` bytes (or 1%): bisection between
     the slicer's own lower bound, below which no slicing fits, and a budget confirmed to fit (the one
     an infeasible fit names, followed while a new slicing for it still misses). Every probe slices,
     prepares and plans; the budget returned was fitted by one of them."""
     started = time.monotonic()
     probes: list[Probe] = []
+    tiler = tiler or tiler_of(param, modelbin, graph, shapes, target)
 
     def fit(budget: int) -> SlicingResult | None:
         try:
-            result = _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, False, stream)
+            result = _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, False, stream,
+                                     tiler)
         except planning.InfeasibleBudget as e:
             probes.append(Probe(budget, False))
             log.info("probe %d: %s does not fit (%s)", len(probes), format_size(budget), e)
@@ -165,7 +173,7 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
         log.info("probe %d: %s fits", len(probes), format_size(budget))
         return result
 
-    low = slice_model(param, modelbin, graph, shapes, 1 << 62, target, stream=stream).min_budget
+    low = slice_model(param, modelbin, graph, shapes, 1 << 62, target, stream=stream, tiler=tiler).min_budget
     high, best = low, None
     for _ in range(MAX_ATTEMPTS):
         try:
