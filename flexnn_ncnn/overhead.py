@@ -10,9 +10,9 @@ the inputs written first (as the stock baselines import ncnn first: a library is
 VmHWM reset to the current RSS, then a Session on the sidecar and one inference. Free heap pages are returned to the OS before the idle RSS is read, so
 nothing resident before can be reused for free: a process with more history (the benchmark's child)
 holds at most as much. The weights are read into the arena even when the plan maps them: a mapped
-plan's window need not fill in any one run, and its unfilled pages would hide part of what is
-measured here (the steady state then exceeds the first run's peak); read into the arena, every page
-the plan lays out is touched, and what lies beside it is the same. `uncounted_rss_bytes` = max(0, peak RSS over idle − counted bytes); prepare
+record's bytes are never written, so pages the plan lays out would stay untouched in this run and
+hide part of what is measured (the steady state could then exceed the first run's peak); read into
+the arena, every page the plan lays out is touched, and what lies beside it is the same. `uncounted_rss_bytes` = max(0, peak RSS over idle − counted bytes); prepare
 stores it in the sidecar and every plan leaves room for it (Sidecar.reserved_bytes).
 
 JSON line: peak_rss_over_idle_bytes, counted_bytes, uncounted_rss_bytes.

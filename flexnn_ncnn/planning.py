@@ -150,13 +150,9 @@ class Plan:
     lower_bound: int  # max live bytes without preloading: no layout fits in less
     tensors: tuple[Placement, ...]
     dependencies: tuple[tuple[int, int], ...]  # (comp, load), sorted by load
-    # where the mapped window begins (planner/mapped_window.h): the runtime allocates the arena below
-    # it and maps the transformed weights of the layers above it; == arena_bytes: nothing is mapped
-    mapped_from: int
-
-    @property
-    def mapped(self) -> bool:
-        return self.mapped_from < self.arena_bytes
+    # the runtime maps each transformed record over its arena bytes (a page-aligned offset, whole
+    # pages and the over-read page: planned_bytes in planner/plan.h) instead of reading it there
+    mapped: bool
 
     @property
     def ratio(self) -> float:
@@ -170,7 +166,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "algorithm": self.algorithm, "budget": self.budget, "alignment": self.alignment,
-            "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound, "mapped_from": self.mapped_from,
+            "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound, "mapped": self.mapped,
             "tensors": [{"offset": p.offset, "load_after": p.load_after} for p in self.tensors],
             "pinned_weights": self.pinned_weights,
             "dependencies": [list(d) for d in self.dependencies],
@@ -195,16 +191,16 @@ class Plan:
             if not (isinstance(dep, list) and len(dep) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in dep)):
                 raise UserError(f"{where}.dependencies[{i}] must be a [comp, load] pair of layer indices")
             dependencies.append((dep[0], dep[1]))
-        arena_bytes = _field(d, "arena_bytes", int, where, 0)
-        mapped_from = _field(d, "mapped_from", int, where, 0) if "mapped_from" in d else arena_bytes
+        mapped = _field(d, "mapped", bool, where) if "mapped" in d else False
         return Plan(algorithm, _field(d, "budget", int, where, 0), _field(d, "alignment", int, where, 1),
-                    arena_bytes, _field(d, "lower_bound", int, where, 0), tensors, tuple(dependencies), mapped_from)
+                    _field(d, "arena_bytes", int, where, 0), _field(d, "lower_bound", int, where, 0), tensors,
+                    tuple(dependencies), mapped)
 
     def columns(self) -> dict[str, Any]:
         """The form `_planner` takes."""
         return {
             "algorithm": self.algorithm, "budget": self.budget, "alignment": self.alignment,
-            "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound, "mapped_from": self.mapped_from,
+            "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound, "mapped": self.mapped,
             "offsets": [p.offset for p in self.tensors], "load_after": [p.load_after for p in self.tensors],
             "pinned": [p.pinned for p in self.tensors], "dependencies": list(self.dependencies),
         }
@@ -213,7 +209,7 @@ class Plan:
     def from_columns(c: Mapping[str, Any]) -> "Plan":
         tensors = tuple(Placement(o, l, p) for o, l, p in zip(c["offsets"], c["load_after"], c["pinned"]))
         return Plan(c["algorithm"], c["budget"], c["alignment"], c["arena_bytes"], c["lower_bound"], tensors,
-                    tuple(tuple(d) for d in c["dependencies"]), c["mapped_from"])
+                    tuple(tuple(d) for d in c["dependencies"]), bool(c["mapped"]))
 
 
 class InfeasibleBudget(UserError):
@@ -244,7 +240,7 @@ def _check_algorithm(algorithm: str) -> None:
 def make_plan(profile: Profile, budget: int, algorithm: str = "flexnn", alignment: int = DEFAULT_ALIGNMENT,
               mapped: bool = False) -> Plan:
     """Plan `profile` into one arena of at most `budget` bytes; deterministic. Raises InfeasibleBudget.
-    mapped: the runtime maps transformed weights, planned in a window of whole pages (Plan.mapped_from)."""
+    mapped: the runtime maps transformed records over their arena bytes, planned at pages (Plan.mapped)."""
     _check_algorithm(algorithm)
     out = _planner_call("make_plan", *profile.columns, budget, algorithm, alignment, mapped)
     if "plan" in out:
@@ -288,8 +284,8 @@ def pinned_bytes(profile: Profile, plan: Plan) -> int:
     return sum(profile.tensors[i].size for i in plan.pinned_weights)
 
 
-def has_window(profile: Profile) -> bool:
-    """Whether a mapped plan of `profile` has a mapped window: some weight is a transformed record."""
+def has_transformed(profile: Profile) -> bool:
+    """Whether some weight of `profile` is a transformed record (a mapped plan maps it in place)."""
     return any(t.transformed for t in profile.tensors)
 
 

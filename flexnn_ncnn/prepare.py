@@ -52,8 +52,8 @@ class RuntimeOptions:
     sgemm: bool = True
     fp16: bool = True  # NCNN's default: fp16 storage/arithmetic where the CPU has it
     pretransform: bool = True  # load layers' transformed weights from the file prepare writes, not from raw ones
-    # map those weights from their file instead of reading them into the arena (zero copy; the plan
-    # holds them in a mapped window: planning.make_plan's `mapped`); needs pretransform
+    # map those weights from their file over their arena bytes instead of reading them there (zero
+    # copy; planned at whole pages: planning.make_plan's `mapped`); needs pretransform
     map_weights: bool = False
 
 

@@ -39,7 +39,7 @@ class Session:
     re-planned. `canaries=True` (debug, slower) checks the plan's lifetimes inside the arena: bytes no
     live tensor holds are poisoned, and a request finding its bytes written since fails the inference
     (docs/RUNTIME.md). `map_weights`: the layers' pre-transformed weights are mapped from their file
-    (zero copy) instead of read into the arena, in a mapped window the plan holds; None: as the
+    over the arena bytes the plan gives them (zero copy) instead of read there; None: as the
     sidecar's plan was made (`prepare --map-weights`).
     """
 
@@ -112,7 +112,7 @@ class Session:
         An infeasible budget raises InfeasibleBudget and leaves the session on its current plan."""
         stored = self.sidecar.plan_for(budget)
         if (stored is None or stored.arena_bytes + planning.ARENA_MARGIN + self.reserved_bytes > budget
-                or stored.mapped != (self.map_weights and planning.has_window(self.profile))):
+                or stored.mapped != (self.map_weights and planning.has_transformed(self.profile))):
             try:
                 stored = planning.plan_for_budget(self.profile, budget, reserved=self.reserved_bytes, mapped=self.map_weights)
             except planning.InfeasibleBudget as e:

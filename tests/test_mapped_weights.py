@@ -1,8 +1,9 @@
-"""Mapped weights (issue 15; runtime/mapped_weights.*, planner/mapped_window.*): with `map_weights`
-the layers' pre-transformed weights are never copied into the arena. They point into the mapped
-transformed-weights file; the loading thread makes a layer's pages resident before it computes and
-drops them once the plan no longer holds them; the plan keeps those layers' weights in a window of
-whole pages above the arena proper. Outputs stay stock NCNN's; the pread and O_DIRECT paths stay.
+"""Mapped weights (issue 15; runtime/mapped_weights.*, planner/plan.h's planned_bytes): with
+`map_weights` the layers' pre-transformed weights are never copied into the arena. Each record is
+mapped from the transformed-weights file over the arena bytes the plan gives it (a page-aligned
+offset, whole pages), resident before its layer computes, and given back to the arena once it has,
+so the same bytes serve activations and other weights at other steps, as in the read plan. Outputs
+stay stock NCNN's; the pread and O_DIRECT paths stay.
 
 Models: test_transformed's kernel, Gemm and mixed int8/deconvolution stacks and the runtime's own
 models; the oracle is the stock `ncnn` wheel.
@@ -51,6 +52,24 @@ def resident_bytes_of(path: Path) -> int:
     return total
 
 
+def planned_bytes(t: planning.TensorUse, plan: planning.Plan) -> int:
+    """What a plan gives a tensor (planner/plan.h): a mapped record its pages and the over-read page."""
+    size = -(-t.size // PAGE) * PAGE + PAGE if plan.mapped and t.transformed else t.size
+    return -(-size // plan.alignment) * plan.alignment
+
+
+def mapped_at_once(session: Session) -> int:
+    """The most bytes of records the plan has live at one step."""
+    plan, profile = session.plan, session.profile
+    steps = len(profile.layers)
+    live = [0] * steps
+    for t, p in zip(profile.tensors, plan.tensors):
+        if t.transformed:
+            for step in range(0 if p.pinned else p.load_after + 1, steps if p.pinned else t.last_use + 1):
+                live[step] += planned_bytes(t, plan)
+    return max(live)
+
+
 def weight_bytes(session: Session, transformed: bool) -> int:
     return sum(t.size for t in session.profile.tensors if t.role == "weight" and t.transformed == transformed)
 
@@ -69,9 +88,8 @@ def test_mapped_weights_equal_stock_ncnn_and_are_never_copied_into_the_arena(nam
         for _ in range(3):  # later runs map every unpinned layer again
             assert_close(session.run({"data": w.x})["output"], ref)
         assert_counted_within_budget(session.stats())
-        # what is mapped at once, counted by the runtime between layers, stays within the plan's window
-        window = session.plan.arena_bytes - session.plan.mapped_from
-        assert 0 < max(session.stats()["mapped_peak_bytes"][-3:]) <= window
+        # what is mapped at once, counted by the runtime between layers, stays within what the plan has live
+        assert 0 < max(session.stats()["mapped_peak_bytes"][-3:]) <= mapped_at_once(session)
     # at the tightest budget every layer streams: the first run after set_plan loads them all, and
     # what it was served in the arena is exactly the weights that are not transformed records
     session.set_budget(tightest(session))
@@ -103,24 +121,31 @@ def test_streamed_pages_are_dropped_after_use_and_pinned_ones_stay(name: str, tm
     assert 0 < resident_bytes_of(transformed_file) <= pinned
 
 
-def test_a_mapped_plan_holds_mapped_layers_in_a_page_window_above_the_arena(tmp_path: Path) -> None:
+def test_a_mapped_plan_maps_records_in_place_among_the_other_tensors(tmp_path: Path) -> None:
+    """Records start at pages and take whole pages; at the tightest budget their bytes serve
+    activations or intermediates at other steps (no window apart from the arena), so a mapped plan
+    needs little more than a read one: the page rounding of the records live around one layer."""
     w = written("kernels", tmp_path)
     session = Session(prepared(w, MAPPED))
+    read_min = planning.min_feasible_budget(session.profile)
+    session.set_budget(tightest(session))
     plan, profile = session.plan, session.profile
     planning.check_plan(profile, plan)
-    windowed = {t.layer for t in profile.tensors if t.transformed}
-    for t, p in zip(profile.tensors, plan.tensors):
-        if t.role == "weight" and t.layer in windowed:
-            assert p.offset >= plan.mapped_from and (p.offset - plan.mapped_from) % PAGE == 0
-        else:
-            assert p.offset + t.size <= plan.mapped_from
-    # a window weight moved below the window is refused by the checker
+    records = [(t, p) for t, p in zip(profile.tensors, plan.tensors) if t.transformed]
+    assert all(p.offset % PAGE == 0 for _, p in records)
+    shared = [(t, x) for t, p in records for x, q in zip(profile.tensors, plan.tensors)
+              if x.role != "weight" and q.offset < p.offset + planned_bytes(t, plan) and p.offset < q.offset + planned_bytes(x, plan)]
+    assert shared, "no record shares its arena bytes with an activation or intermediate"
+    per_layer = [sum(1 for t in profile.tensors if t.transformed and t.layer == layer) for layer in range(len(profile.layers))]
+    around = max(a + b for a, b in zip(per_layer, per_layer[1:]))
+    assert read_min < planning.min_feasible_budget(profile, mapped=True) <= read_min + 3 * PAGE * around
+    # a record moved off its page is refused by the checker
     index = next(i for i, t in enumerate(profile.tensors) if t.transformed)
     moved = list(plan.tensors)
-    moved[index] = planning.Placement(0, moved[index].load_after, moved[index].pinned)
-    with pytest.raises(planning.InvalidPlan, match="below the mapped window"):
+    moved[index] = planning.Placement(moved[index].offset + plan.alignment, moved[index].load_after, moved[index].pinned)
+    with pytest.raises(planning.InvalidPlan, match="is not aligned to 4096 B"):
         planning.check_plan(profile, planning.Plan(plan.algorithm, plan.budget, plan.alignment, plan.arena_bytes,
-                                                   plan.lower_bound, tuple(moved), plan.dependencies, plan.mapped_from))
+                                                   plan.lower_bound, tuple(moved), plan.dependencies, plan.mapped))
 
 
 def test_the_pread_path_still_reads_into_the_arena_and_a_session_can_choose_either(tmp_path: Path) -> None:
@@ -133,7 +158,7 @@ def test_the_pread_path_still_reads_into_the_arena_and_a_session_can_choose_eith
     assert_close(read.run({"data": w.x})["output"], ref)
     assert read.stats()["mapped_weight_bytes"] == [0]
     assert read.stats()["arena_weight_bytes"][-1] == weight_bytes(read, True) + weight_bytes(read, False)
-    mapped = Session(path, map_weights=True)  # the same sidecar, re-planned with a window
+    mapped = Session(path, map_weights=True)  # the same sidecar, re-planned with records at pages
     assert mapped.plan.mapped
     assert_close(mapped.run({"data": w.x})["output"], ref)
     assert mapped.stats()["mapped_weight_bytes"][-1] > 0
@@ -141,13 +166,15 @@ def test_the_pread_path_still_reads_into_the_arena_and_a_session_can_choose_eith
     assert_close(direct.run({"data": w.x})["output"], ref)
 
 
-def test_mapping_is_refused_without_pretransformed_weights_and_with_o_direct(tmp_path: Path) -> None:
+def test_mapping_is_refused_without_pretransformed_weights_with_o_direct_and_without_the_arena(tmp_path: Path) -> None:
     w = written("convfc", tmp_path)
     raw = prepared(w, RuntimeOptions(threads=2, pretransform=False))
     with pytest.raises(UserError, match="mapped weights need the pre-transformed weights file"):
         Session(raw, map_weights=True)
     with pytest.raises(UserError, match="not read with O_DIRECT"):
         Session(prepared(w, MAPPED), direct_io=True)
+    with pytest.raises(UserError, match="need the static arena"):
+        Session(prepared(w, MAPPED), static_arena=False)
     with pytest.raises(UserError, match="needs them"):
         prepared(w, RuntimeOptions(threads=2, pretransform=False, map_weights=True))
 

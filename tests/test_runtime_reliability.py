@@ -23,7 +23,7 @@ def test_an_arena_that_cannot_be_allocated_keeps_the_current_plan(tmp_path: Path
     session = Session(path)
     before = session._executor.arena_bytes()
     # 64 TiB, nothing mapped: no allocator has it
-    impossible = dataclasses.replace(session.plan, arena_bytes=1 << 46, mapped_from=1 << 46, budget=1 << 47)
+    impossible = dataclasses.replace(session.plan, arena_bytes=1 << 46, budget=1 << 47)
     with pytest.raises(RuntimeError, match="cannot allocate an arena of 70368744177664 B: the current plan stays"):
         session._executor.set_plan(impossible.columns())
     assert session._executor.arena_bytes() == before

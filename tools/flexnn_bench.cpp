@@ -11,7 +11,7 @@
 //                       stock / direct: NCNN's own Net with default options / Winograd and sgemm off
 //     direct_io=1       read the .bin with O_DIRECT (the planner leaves room for its aligned window)
 //     map_weights=1     map the pre-transformed weights from their file instead of reading them into
-//                       the arena (zero copy; the plan holds them in a mapped window)
+//                       the arena (zero copy, over the arena bytes the plan gives them)
 //     static_arena=0    no arena: each planned buffer a heap block from request to release (the
 //                       ablation w.o.mem; with mode=ondemand, w.o.both)
 //     transformed=FILE  where prepare writes the layers' pre-transformed weights, which every load

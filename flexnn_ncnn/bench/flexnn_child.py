@@ -10,7 +10,7 @@ through the real pipeline in separate processes, so this process's memory is the
   at it; the JSON line's `budget` is that budget and `min_search` the search that found it (its probes
   `[bytes, fits]` and seconds, as slice records them in MODEL.flexnn.slicing.json and the sidecar).
 - `flexnn-mapped` (budget B): `slice --map-weights` at B: the same pipeline with the layers'
-  pre-transformed weights mapped from their file (zero copy) in a mapped window the plan holds.
+  pre-transformed weights mapped from their file over their arena bytes (zero copy).
 - `flexnn-no-mem` (budget B, Fig. 13's w.o.mem): the same sidecar and schedule without the static
   arena: every buffer a heap block from request to release, a layer's weights freed once it computed.
 - `flexnn-no-preload` (budget B, Fig. 13's w.o.preload): the same sidecar, each layer's load also

@@ -6,7 +6,7 @@
 //
 //   runtime_stress MODEL.param MODEL.bin INPUT.npy INPUT_BLOB OUTPUT_BLOB THREADS INFERENCES SWITCH_EVERY BUDGET...
 //                  [direct_io=1] [loader=middle] [static_arena=0] [transformed=FILE (pre-transformed weights written there)]
-//                  [map_weights=1 (the transformed weights mapped, planned with a mapped window)]
+//                  [map_weights=1 (the transformed weights mapped over their planned arena bytes)]
 //                  [canaries=1] [observe=1 (a second thread reads the plan and the arena's size throughout, as
 //                  Session.stats() does)] [out=FILE.npy (the first output, for a comparison with stock NCNN)]
 #include "program_util.h"

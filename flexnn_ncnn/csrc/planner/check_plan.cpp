@@ -1,7 +1,5 @@
 #include "planner/check_plan.h"
 
-#include "planner/mapped_window.h"
-
 #include <algorithm>
 #include <numeric>
 
@@ -25,26 +23,15 @@ std::string steps(int begin, int end)
     return "steps [" + std::to_string(begin) + ", " + std::to_string(end) + ")";
 }
 
-// the bytes a tensor takes: its size rounded up to the alignment, or to whole pages in the mapped window
-uint64_t footprint(const TensorUse& t, bool in_window, const Plan& plan)
-{
-    return in_window ? align_up(window_bytes(t), kMappedPage) : align_up(t.size, plan.alignment);
-}
-
-Status check_placement(const TensorUse& t, const Placement& p, bool in_window, const Plan& plan)
+Status check_placement(const TensorUse& t, const Placement& p, const Plan& plan)
 {
     const std::string name = tensor_name(t);
-    const uint64_t size = footprint(t, in_window, plan);
-    if (p.offset % (in_window ? kMappedPage : plan.alignment) != 0)
-        return Status::error(name + " at offset " + std::to_string(p.offset) + " is not aligned to "
-                             + std::to_string(in_window ? kMappedPage : plan.alignment) + " B");
+    const uint64_t size = planned_bytes(t, plan.mapped, plan.alignment);
+    const uint64_t align = planned_alignment(t, plan.mapped, plan.alignment);
+    if (p.offset % align != 0)
+        return Status::error(name + " at offset " + std::to_string(p.offset) + " is not aligned to " + std::to_string(align) + " B");
     if (p.offset > plan.arena_bytes || size > plan.arena_bytes - p.offset)
         return Status::error(name + " at " + bytes(p.offset, p.offset + size) + " lies outside the arena of " + std::to_string(plan.arena_bytes) + " B");
-    if (in_window && p.offset < plan.mapped_from)
-        return Status::error(name + " is a mapped layer's weight below the mapped window at " + std::to_string(plan.mapped_from) + " B");
-    if (!in_window && p.offset + size > plan.mapped_from)
-        return Status::error(name + " at " + bytes(p.offset, p.offset + size) + " reaches into the mapped window at "
-                             + std::to_string(plan.mapped_from) + " B");
     if (t.role != Role::Weight)
     {
         if (p.pinned)
@@ -77,14 +64,6 @@ Status check_plan(const Profile& profile, const Plan& plan)
         return Status::error("the plan's alignment is 0");
     if (plan.arena_bytes > plan.budget)
         return Status::error("the arena (" + std::to_string(plan.arena_bytes) + " B) exceeds the budget (" + std::to_string(plan.budget) + " B)");
-    if (plan.mapped_from > plan.arena_bytes)
-        return Status::error("the mapped window starts at " + std::to_string(plan.mapped_from) + " B, past the arena's "
-                             + std::to_string(plan.arena_bytes) + " B");
-    // a window: the layers with transformed weights keep all their weights in it, page by page
-    const bool mapped = plan.mapped_from < plan.arena_bytes;
-    if (mapped && plan.mapped_from % kMappedPage != 0)
-        return Status::error("the mapped window starts at " + std::to_string(plan.mapped_from) + " B, not at a page");
-    const std::vector<bool> in_window = window_layers(profile);
 
     std::vector<Rect> rects(n);
     std::vector<int> load_time(layer_count, -2); // -2: no non-pinned weight seen yet
@@ -92,11 +71,10 @@ Status check_plan(const Profile& profile, const Plan& plan)
     {
         const TensorUse& t = profile.tensors[i];
         const Placement& p = plan.tensors[i];
-        const bool windowed = mapped && t.role == Role::Weight && in_window[t.layer];
-        s = check_placement(t, p, windowed, plan);
+        s = check_placement(t, p, plan);
         if (!s.ok())
             return s;
-        rects[i] = {p.offset, p.offset + footprint(t, windowed, plan), p.pinned ? 0 : p.load_after + 1, p.pinned ? layer_count : t.last_use + 1};
+        rects[i] = {p.offset, p.offset + planned_bytes(t, plan.mapped, plan.alignment), p.pinned ? 0 : p.load_after + 1, p.pinned ? layer_count : t.last_use + 1};
         if (t.role == Role::Weight && !p.pinned)
         {
             if (load_time[t.layer] != -2 && load_time[t.layer] != p.load_after)

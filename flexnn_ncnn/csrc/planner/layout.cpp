@@ -31,8 +31,9 @@ int place_layer(const LayoutInput& in, int layer, bool preload, int earliest, Fi
             const int end = in.profile.tensors[i].last_use + 1;
             int begin = layer;
             uint64_t offset = 0;
-            const bool found = preload ? occupancy.find_earliest(size, earliest, layer, end, fit, begin, offset)
-                                       : occupancy.find(size, layer, end, fit, offset);
+            const uint64_t align = in.aligns[i];
+            const bool found = preload ? occupancy.find_earliest(size, align, earliest, layer, end, fit, begin, offset)
+                                       : occupancy.find(size, align, layer, end, fit, offset);
             if (!found)
                 return i;
             load_after = std::max(load_after, occupancy.last_end_before(offset, offset + size, begin) - 1);
@@ -46,7 +47,7 @@ int place_layer(const LayoutInput& in, int layer, bool preload, int earliest, Fi
     for (int i : in.intermediates[layer])
     {
         uint64_t offset = 0;
-        if (!occupancy.find(in.sizes[i], layer, layer + 1, fit, offset))
+        if (!occupancy.find(in.sizes[i], in.aligns[i], layer, layer + 1, fit, offset))
             return i;
         occupancy.add({offset, offset + in.sizes[i], layer, layer + 1});
         placements[i].offset = offset;
@@ -62,12 +63,17 @@ Status does_not_fit(const LayoutInput& in, int tensor, const LayoutRequest& requ
 
 } // namespace
 
-LayoutInput::LayoutInput(const Profile& p, uint64_t a)
-    : profile(p), alignment(a), weights(p.layers.size()), intermediates(p.layers.size())
+LayoutInput::LayoutInput(const Profile& p, uint64_t a, bool m)
+    : profile(p), alignment(a), mapped(m), max_align(a), weights(p.layers.size()), intermediates(p.layers.size())
 {
     sizes.reserve(p.tensors.size());
+    aligns.reserve(p.tensors.size());
     for (const TensorUse& t : p.tensors)
-        sizes.push_back(align_up(t.size, alignment));
+    {
+        sizes.push_back(planned_bytes(t, mapped, alignment));
+        aligns.push_back(planned_alignment(t, mapped, alignment));
+        max_align = std::max(max_align, aligns.back());
+    }
     for (int i = 0; i < static_cast<int>(p.tensors.size()); i++)
     {
         const TensorUse& t = p.tensors[i];
@@ -105,8 +111,8 @@ Status lay_out(const LayoutInput& in, const LayoutRequest& request, std::vector<
         pinned[layer] = 1;
         for (int i : in.weights[layer])
         {
-            placements[i] = {floor, -1, true};
-            floor += in.sizes[i];
+            placements[i] = {align_up(floor, in.aligns[i]), -1, true};
+            floor = placements[i].offset + in.sizes[i];
         }
     }
     if (floor > request.capacity)
@@ -119,8 +125,8 @@ Status lay_out(const LayoutInput& in, const LayoutRequest& request, std::vector<
         const TensorUse& t = profile.tensors[i];
         const uint64_t size = in.sizes[i];
         uint64_t low = 0, high = 0;
-        const bool low_ok = occupancy.find(size, t.first_use, t.last_use + 1, Fit::Lowest, low);
-        const bool high_ok = occupancy.find(size, t.first_use, t.last_use + 1, Fit::Highest, high);
+        const bool low_ok = occupancy.find(size, in.aligns[i], t.first_use, t.last_use + 1, Fit::Lowest, low);
+        const bool high_ok = occupancy.find(size, in.aligns[i], t.first_use, t.last_use + 1, Fit::Highest, high);
         if (!low_ok)
             return does_not_fit(in, i, request);
         const uint64_t low_side = low + size - floor, high_side = request.capacity - high;

@@ -16,11 +16,15 @@ namespace flexnn {
 // The profile regrouped for layout passes: computed once, shared by every pass of one plan.
 struct LayoutInput
 {
-    LayoutInput(const Profile& profile, uint64_t alignment);
+    // mapped: transformed records are mapped in place (planned_bytes, planned_alignment)
+    LayoutInput(const Profile& profile, uint64_t alignment, bool mapped);
 
     const Profile& profile;
     uint64_t alignment;
-    std::vector<uint64_t> sizes;                    // aligned, parallel to profile.tensors
+    bool mapped;
+    std::vector<uint64_t> sizes;                    // planned_bytes, parallel to profile.tensors
+    std::vector<uint64_t> aligns;                   // planned_alignment, parallel to profile.tensors
+    uint64_t max_align;                             // the largest of aligns (alignment when none)
     std::vector<int> activations;                   // by (first_use, index)
     std::vector<std::vector<int> > weights;         // per layer, by ordinal
     std::vector<std::vector<int> > intermediates;   // per layer, by ordinal

@@ -8,8 +8,20 @@ namespace {
 
 using Ranges = std::vector<std::pair<uint64_t, uint64_t> >;
 
-// `ranges` without [lo, hi) into `kept`, keeping only pieces of at least `size` bytes.
-void subtract(const Ranges& ranges, uint64_t lo, uint64_t hi, uint64_t size, Ranges& kept)
+uint64_t round_up(uint64_t v, uint64_t align)
+{
+    return (v + align - 1) / align * align;
+}
+
+// Whether [lo, hi) holds `size` bytes starting at a multiple of `align`.
+bool holds(uint64_t lo, uint64_t hi, uint64_t size, uint64_t align)
+{
+    const uint64_t start = round_up(lo, align);
+    return start < hi && hi - start >= size;
+}
+
+// `ranges` without [lo, hi) into `kept`, keeping only pieces that hold `size` bytes at `align`.
+void subtract(const Ranges& ranges, uint64_t lo, uint64_t hi, uint64_t size, uint64_t align, Ranges& kept)
 {
     kept.clear();
     for (const auto& r : ranges)
@@ -19,9 +31,9 @@ void subtract(const Ranges& ranges, uint64_t lo, uint64_t hi, uint64_t size, Ran
             kept.push_back(r);
             continue;
         }
-        if (lo > r.first && lo - r.first >= size)
+        if (lo > r.first && holds(r.first, lo, size, align))
             kept.emplace_back(r.first, lo);
-        if (hi < r.second && r.second - hi >= size)
+        if (hi < r.second && holds(hi, r.second, size, align))
             kept.emplace_back(hi, r.second);
     }
 }
@@ -33,15 +45,15 @@ bool meets(const Ranges& ranges, uint64_t lo, uint64_t hi)
     return r != ranges.end() && r->first < hi;
 }
 
-// Every range in `ranges` holds at least `size` bytes.
-uint64_t choose(const Ranges& ranges, uint64_t size, Fit fit)
+// Every range in `ranges` holds `size` bytes at a multiple of `align`.
+uint64_t choose(const Ranges& ranges, uint64_t size, uint64_t align, Fit fit)
 {
     switch (fit)
     {
     case Fit::Lowest:
-        return ranges.front().first;
+        return round_up(ranges.front().first, align);
     case Fit::Highest:
-        return ranges.back().second - size;
+        return (ranges.back().second - size) / align * align;
     case Fit::Best:
         break;
     }
@@ -51,7 +63,7 @@ uint64_t choose(const Ranges& ranges, uint64_t size, Fit fit)
         if (r->second - r->first < best->second - best->first)
             best = r;
     }
-    return best->first;
+    return round_up(best->first, align);
 }
 
 } // namespace
@@ -83,7 +95,7 @@ void Occupancy::truncate(size_t count)
     }
 }
 
-void Occupancy::free_ranges(int begin, int end, uint64_t size)
+void Occupancy::free_ranges(int begin, int end, uint64_t size, uint64_t align)
 {
     ids_.clear();
     for (int t = begin; t < end; t++)
@@ -96,26 +108,26 @@ void Occupancy::free_ranges(int begin, int end, uint64_t size)
     for (int id : ids_)
     {
         const Block& b = blocks_[id];
-        if (b.lo > cursor && b.lo - cursor >= size)
+        if (b.lo > cursor && holds(cursor, b.lo, size, align))
             ranges_.emplace_back(cursor, b.lo);
         cursor = std::max(cursor, b.hi);
     }
-    if (capacity_ > cursor && capacity_ - cursor >= size)
+    if (capacity_ > cursor && holds(cursor, capacity_, size, align))
         ranges_.emplace_back(cursor, capacity_);
 }
 
-bool Occupancy::find(uint64_t size, int begin, int end, Fit fit, uint64_t& offset)
+bool Occupancy::find(uint64_t size, uint64_t align, int begin, int end, Fit fit, uint64_t& offset)
 {
-    free_ranges(begin, end, size);
+    free_ranges(begin, end, size, align);
     if (ranges_.empty())
         return false;
-    offset = choose(ranges_, size, fit);
+    offset = choose(ranges_, size, align, fit);
     return true;
 }
 
-bool Occupancy::find_earliest(uint64_t size, int earliest, int latest, int end, Fit fit, int& begin, uint64_t& offset)
+bool Occupancy::find_earliest(uint64_t size, uint64_t align, int earliest, int latest, int end, Fit fit, int& begin, uint64_t& offset)
 {
-    free_ranges(latest, end, size);
+    free_ranges(latest, end, size, align);
     if (ranges_.empty())
         return false;
     // Moving the begin from t to t - 1 adds exactly the blocks that end at t.
@@ -127,7 +139,7 @@ bool Occupancy::find_earliest(uint64_t size, int earliest, int latest, int end, 
         {
             if (!meets(narrowed ? earlier_ : ranges_, b.first, b.second))
                 continue;
-            subtract(narrowed ? earlier_ : ranges_, b.first, b.second, size, kept_);
+            subtract(narrowed ? earlier_ : ranges_, b.first, b.second, size, align, kept_);
             earlier_.swap(kept_);
             narrowed = true;
         }
@@ -139,7 +151,7 @@ bool Occupancy::find_earliest(uint64_t size, int earliest, int latest, int end, 
         }
         begin = t - 1;
     }
-    offset = choose(ranges_, size, fit);
+    offset = choose(ranges_, size, align, fit);
     return true;
 }
 

@@ -39,12 +39,12 @@ public:
     // Forget every block added after the first `count`.
     void truncate(size_t count);
 
-    // An offset where `size` bytes are free over steps [begin, end), chosen by `fit`.
-    bool find(uint64_t size, int begin, int end, Fit fit, uint64_t& offset);
+    // A multiple of `align` where `size` bytes are free over steps [begin, end), chosen by `fit`.
+    bool find(uint64_t size, uint64_t align, int begin, int end, Fit fit, uint64_t& offset);
 
-    // The earliest begin in [earliest, latest] such that `size` bytes are free over [begin, end),
-    // and an offset there chosen by `fit`.
-    bool find_earliest(uint64_t size, int earliest, int latest, int end, Fit fit, int& begin, uint64_t& offset);
+    // The earliest begin in [earliest, latest] such that `size` bytes at a multiple of `align` are
+    // free over [begin, end), and an offset there chosen by `fit`.
+    bool find_earliest(uint64_t size, uint64_t align, int earliest, int latest, int end, Fit fit, int& begin, uint64_t& offset);
 
     // The latest end <= `before` among blocks over any of bytes [lo, hi); 0 if none.
     int last_end_before(uint64_t lo, uint64_t hi, int before) const;
@@ -52,8 +52,9 @@ public:
 private:
     using Ranges = std::vector<std::pair<uint64_t, uint64_t> >; // byte ranges [lo, hi)
 
-    // Fills ranges_ with the free ranges of at least `size` bytes over [begin, end), disjoint and ascending.
-    void free_ranges(int begin, int end, uint64_t size);
+    // Fills ranges_ with the free ranges over [begin, end) that hold `size` bytes at a multiple of
+    // `align`, disjoint and ascending.
+    void free_ranges(int begin, int end, uint64_t size, uint64_t align);
 
     uint64_t floor_;
     uint64_t capacity_;

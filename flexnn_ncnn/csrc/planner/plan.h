@@ -26,7 +26,7 @@ const char* algorithm_name(Algorithm algorithm);
 
 struct Placement
 {
-    uint64_t offset; // from the arena's start; a multiple of Plan::alignment
+    uint64_t offset; // from the arena's start; a multiple of its tensor's planned_alignment()
     // The tensor's bytes are claimed once comp(load_after) has finished (-1: at inference start), so
     // it occupies steps [load_after + 1, last_use + 1). Weights: the layer's load time, shared by
     // its non-pinned weights. Activations and intermediates: fixed at first_use - 1.
@@ -36,6 +36,14 @@ struct Placement
 
 // a mapped record occupies whole pages of its file
 constexpr uint64_t kMappedPage = 4096;
+
+struct TensorUse;
+
+// What a tensor takes in a plan of `alignment` (Plan::mapped: `mapped`). A transformed record the
+// runtime maps in place starts at a page and takes its pages and the page NCNN may over-read past
+// its end; every other tensor takes its size rounded up to the alignment, at a multiple of it.
+uint64_t planned_bytes(const TensorUse& t, bool mapped, uint64_t alignment);
+uint64_t planned_alignment(const TensorUse& t, bool mapped, uint64_t alignment);
 
 struct Dependency
 {
@@ -49,11 +57,9 @@ struct Plan
     uint64_t budget = 0;      // bytes the plan was made for
     uint64_t alignment = 0;   // every size is rounded up to, and every offset is a multiple of, this
     uint64_t arena_bytes = 0; // bytes the plan lays out; <= budget
-    // where the mapped window begins: transformed weights lie in [mapped_from, arena_bytes), every
-    // other tensor below it. The runtime allocates [0, mapped_from) and maps the transformed records
-    // from their file instead of reading them into the arena; the window's bytes count the mapped
-    // pages resident at once (each record rounded up to kMappedPage). == arena_bytes: nothing mapped.
-    uint64_t mapped_from = 0;
+    // the runtime maps each transformed record from its file over the arena bytes planned for it
+    // (whole pages, planned_bytes) instead of reading it there; the pages resident are the same
+    bool mapped = false;
     uint64_t lower_bound = 0; // live_bytes_lower_bound() of the profile
     std::vector<Placement> tensors;        // parallel to Profile::tensors
     std::vector<Dependency> dependencies;  // sorted by load, one per loading layer that waits

@@ -98,7 +98,7 @@ inline pybind11::dict plan_to_dict(const Plan& plan)
     d["budget"] = plan.budget;
     d["alignment"] = plan.alignment;
     d["arena_bytes"] = plan.arena_bytes;
-    d["mapped_from"] = plan.mapped_from;
+    d["mapped"] = plan.mapped;
     d["lower_bound"] = plan.lower_bound;
     d["offsets"] = offsets;
     d["load_after"] = load_after;
@@ -114,7 +114,7 @@ inline Plan plan_from_dict(const pybind11::dict& d)
     plan.budget = d["budget"].cast<uint64_t>();
     plan.alignment = d["alignment"].cast<uint64_t>();
     plan.arena_bytes = d["arena_bytes"].cast<uint64_t>();
-    plan.mapped_from = d.contains("mapped_from") ? d["mapped_from"].cast<uint64_t>() : plan.arena_bytes;
+    plan.mapped = d.contains("mapped") && d["mapped"].cast<bool>();
     plan.lower_bound = d["lower_bound"].cast<uint64_t>();
     const auto offsets = d["offsets"].cast<std::vector<uint64_t> >();
     const auto load_after = d["load_after"].cast<std::vector<int> >();

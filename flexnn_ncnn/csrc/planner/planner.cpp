@@ -1,7 +1,6 @@
 #include "planner/planner.h"
 
 #include "planner/layout.h"
-#include "planner/mapped_window.h"
 #include "planner/stall.h"
 
 #include <algorithm>
@@ -65,8 +64,9 @@ std::vector<Dependency> dependencies_of(const LayoutInput& in, const std::vector
     return dependencies;
 }
 
-// Closes every address range no tensor ever uses; keeps the address order, so no two tensors come
-// to share bytes that did not before. Returns the arena size.
+// Closes every address range no tensor ever uses, in whole multiples of the largest alignment so
+// every offset keeps its own; keeps the address order, so no two tensors come to share bytes that
+// did not before. Returns the arena size.
 uint64_t compact(const LayoutInput& in, std::vector<Placement>& placements)
 {
     std::vector<int> order(placements.size());
@@ -79,7 +79,7 @@ uint64_t compact(const LayoutInput& in, std::vector<Placement>& placements)
     {
         Placement& p = placements[i];
         if (p.offset > reach)
-            shift += p.offset - reach;
+            shift += (p.offset - reach) / in.max_align * in.max_align;
         reach = std::max(reach, p.offset + in.sizes[i]);
         p.offset -= shift;
     }
@@ -94,7 +94,7 @@ Plan finish(const LayoutInput& in, const PlannerOptions& options, uint64_t budge
     plan.alignment = in.alignment;
     plan.dependencies = dependencies_of(in, placements);
     plan.arena_bytes = compact(in, placements);
-    plan.mapped_from = plan.arena_bytes;
+    plan.mapped = in.mapped;
     plan.lower_bound = live_bytes_lower_bound(in.profile, in.alignment);
     plan.tensors = std::move(placements);
     return plan;
@@ -198,9 +198,7 @@ PlanResult make_plan(const Profile& profile, uint64_t budget, const PlannerOptio
     result.status = validate_profile(profile);
     if (!result.status.ok())
         return result;
-    if (options.map_transformed && has_window(profile))
-        return make_mapped_plan(profile, budget, options);
-    const LayoutInput in(profile, options.alignment);
+    const LayoutInput in(profile, options.alignment, options.map_transformed);
     std::vector<Placement> placements;
     const Status fit = lay_out(in, {usable(budget, in.alignment), options.algorithm, true, {}}, placements);
     if (!fit.ok())
@@ -221,9 +219,7 @@ uint64_t min_feasible_budget(const Profile& profile, const PlannerOptions& optio
 {
     if (options.alignment == 0 || !validate_profile(profile).ok())
         return 0;
-    if (options.map_transformed && has_window(profile))
-        return mapped_min_feasible_budget(profile, options);
-    const LayoutInput in(profile, options.alignment);
+    const LayoutInput in(profile, options.alignment, options.map_transformed);
     const uint64_t lower_bound = live_bytes_lower_bound(profile, options.alignment);
     if (fits(in, lower_bound, options.algorithm))
         return lower_bound;

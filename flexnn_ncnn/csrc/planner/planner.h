@@ -18,8 +18,8 @@ struct PlannerOptions
 {
     Algorithm algorithm = Algorithm::FlexNN;
     uint64_t alignment = 64; // NCNN_MALLOC_ALIGN on every target
-    // the runtime maps transformed weights from their file: their layers' weights are planned in a
-    // window of whole pages above the arena proper (planner/mapped_window.h)
+    // the runtime maps transformed weights from their file over their arena bytes: each is planned
+    // at a page, with whole pages (planned_bytes)
     bool map_transformed = false;
 };
 

@@ -1,5 +1,7 @@
 #include "planner/profile.h"
 
+#include "planner/plan.h"
+
 #include <algorithm>
 #include <set>
 #include <tuple>
@@ -35,6 +37,22 @@ std::string tensor_name(const TensorUse& tensor)
 uint64_t align_up(uint64_t size, uint64_t alignment)
 {
     return (size + alignment - 1) / alignment * alignment;
+}
+
+bool has_transformed(const Profile& profile)
+{
+    return std::any_of(profile.tensors.begin(), profile.tensors.end(), [](const TensorUse& t) { return t.transformed; });
+}
+
+uint64_t planned_alignment(const TensorUse& t, bool mapped, uint64_t alignment)
+{
+    return mapped && t.transformed ? align_up(kMappedPage, alignment) : alignment;
+}
+
+uint64_t planned_bytes(const TensorUse& t, bool mapped, uint64_t alignment)
+{
+    const uint64_t size = mapped && t.transformed ? align_up(t.size, kMappedPage) + kMappedPage : t.size;
+    return align_up(size, planned_alignment(t, mapped, alignment));
 }
 
 Status validate_profile(const Profile& profile)

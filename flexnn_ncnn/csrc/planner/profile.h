@@ -35,7 +35,7 @@ struct TensorUse
     int first_use; // == layer
     int last_use;  // >= first_use; == layer for intermediates
     // weights only: a pre-transformed record of the layer's transformed-weights file, which the
-    // runtime may map in place instead of reading into the arena (PlannerOptions::map_transformed)
+    // runtime may map over its arena bytes instead of reading it there (PlannerOptions::map_transformed)
     bool transformed = false;
 };
 
@@ -59,6 +59,9 @@ Status validate_profile(const Profile& profile);
 std::string tensor_name(const TensorUse& tensor);
 
 uint64_t align_up(uint64_t size, uint64_t alignment);
+
+// whether some weight is a pre-transformed record (a mapped plan maps it in place)
+bool has_transformed(const Profile& profile);
 
 // Max over steps of the bytes live without preloading or pinning, each size aligned up: no layout
 // of this profile fits in fewer bytes.

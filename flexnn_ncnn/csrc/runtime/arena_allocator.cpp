@@ -73,10 +73,11 @@ int ArenaAllocator::take_ordinal(int step)
     return step >= 0 && step < (int)buffers_.size() ? next_ordinal_[step]++ : 0;
 }
 
-bool ArenaAllocator::pass(size_t size)
+unsigned char* ArenaAllocator::pass(size_t size)
 {
     const int step = clock_.allocation_step();
-    return planned_for(size, step, take_ordinal(step)) != nullptr;
+    const PlannedBuffer* planned = planned_for(size, step, take_ordinal(step));
+    return planned && base_ ? base_ + planned->offset : nullptr;
 }
 
 void* ArenaAllocator::fastMalloc(size_t size)
@@ -103,8 +104,7 @@ void* ArenaAllocator::fastMalloc(size_t size)
         return serve_outside(size, step);
     unsigned char* ptr = base_ + planned->offset;
     served_bytes_ += size;
-    // the canary watches the arena proper, not a mapped window above it
-    if (canary_ && planned->offset + size <= canary_->bytes())
+    if (canary_)
     {
         const int64_t written = canary_->first_written(planned->offset, size);
         if (written >= 0)

@@ -47,10 +47,11 @@ public:
     ArenaAllocator(Role role, const StepClock& clock, Failure& failure, CountingAllocator& outside, FaultInjector& faults);
     void* fastMalloc(size_t size) override;
     void fastFree(void* ptr) override;
-    // A request the plan has, served elsewhere (a mapped weight points into its file): counted and
-    // checked like one, so the ordinals after it stay the plan's. False when the plan does not have
-    // it (the inference has failed, naming it).
-    bool pass(size_t size);
+    // A request the plan has, served by the caller at its planned bytes (a weight mapped there from
+    // its file): counted and checked like one, so the ordinals after it stay the plan's. The planned
+    // address; null when the plan does not have it (the inference has failed, naming it) or no arena
+    // is bound.
+    unsigned char* pass(size_t size);
 
     // serve `buffers` out of `base` (nullptr: from `outside`) from now on, `outside` holding at most
     // `outside_limit` bytes (SIZE_MAX: unbounded), checked by `canary` (nullptr: none) in the arena;

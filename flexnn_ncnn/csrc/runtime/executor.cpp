@@ -1,7 +1,6 @@
 #include "runtime/executor.h"
 
 #include "planner/check_plan.h"
-#include "planner/mapped_window.h"
 #include "runtime/cpu_clusters.h"
 #include "runtime/request_probe.h"
 #include "runtime/thread_allocator_scope.h"
@@ -23,7 +22,8 @@ double now_us()
     return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// page-aligned, so the mapped window's pages are its own; NCNN may read NCNN_MALLOC_OVERREAD past it
+// page-aligned, so a record mapped at a page-aligned offset has its pages to itself; NCNN may read
+// NCNN_MALLOC_OVERREAD past it
 unsigned char* allocate_arena(uint64_t bytes)
 {
     void* p = nullptr;
@@ -49,6 +49,9 @@ Executor::Executor(const RuntimeOptions& options, LayerSchedule schedule, Profil
 Executor::~Executor()
 {
     model_.reset(); // before the arena and the allocators
+    // the arena is freed only once no record is mapped over it: if one cannot be given back, it is kept
+    if (!mapped_.restore_all().ok())
+        arena_.release();
 }
 
 Status Executor::create(const std::string& param_path, const std::string& bin_path, const std::string& transformed_path,
@@ -69,9 +72,10 @@ Status Executor::create(const std::string& param_path, const std::string& bin_pa
     s = e->choose_loader_cpus();
     if (!s.ok())
         return s;
-    if (options.map_weights && (transformed_path.empty() || options.direct_io))
+    if (options.map_weights && (transformed_path.empty() || options.direct_io || !options.static_arena))
         return Status::error(transformed_path.empty() ? "mapped weights need the pre-transformed weights file: prepare the model with it"
-                                                      : "mapped weights are not read with O_DIRECT: choose one");
+                             : options.direct_io      ? "mapped weights are not read with O_DIRECT: choose one"
+                                                      : "mapped weights are mapped over the arena: they need the static arena");
     if (!transformed_path.empty())
     {
         s = e->transformed_.open(transformed_path, TransformKey::current(options), options.direct_io);
@@ -173,19 +177,17 @@ Status Executor::set_plan_locked(const Plan& plan)
     if (plan.alignment == 0 || plan.alignment % NCNN_MALLOC_ALIGN != 0)
         return Status::error("plan: alignment " + std::to_string(plan.alignment) + " is not a multiple of NCNN's "
                              + std::to_string(NCNN_MALLOC_ALIGN));
-    // a layer with transformed weights takes them from the mapped window exactly when the plan has one
-    const std::vector<bool> window = window_layers(profile_);
-    const bool mapped = plan.mapped_from < plan.arena_bytes;
-    if (has_window(profile_) && mapped != options_.map_weights)
-        return Status::error(mapped ? "plan: it maps the transformed weights, this session reads them into the arena: open it with mapped weights"
-                                    : "plan: it reads the transformed weights into the arena, this session maps them: plan with mapped weights");
+    // transformed records are mapped over their arena bytes exactly when the plan says so
+    if (has_transformed(profile_) && plan.mapped != options_.map_weights)
+        return Status::error(plan.mapped ? "plan: it maps the transformed weights, this session reads them into the arena: open it with mapped weights"
+                                         : "plan: it reads the transformed weights into the arena, this session maps them: plan with mapped weights");
 
     // where each (role, step, ordinal) goes; ordinals must be dense, as the allocators count them
     const int steps = schedule_.step_count();
     std::vector<PlannedBuffers> buffers(3, PlannedBuffers(steps));
     std::vector<int> weight_count(steps, 0), pinned_count(steps, 0);
-    std::vector<std::vector<std::pair<uint64_t, uint64_t> > > weight_ranges(steps), window_ranges(steps);
-    std::vector<bool> windowed(steps, false);
+    std::vector<std::vector<std::pair<uint64_t, uint64_t> > > weight_ranges(steps);
+    std::vector<bool> maps(steps, false);
     for (size_t k = 0; k < profile_.tensors.size(); k++)
     {
         const TensorUse& t = profile_.tensors[k];
@@ -197,11 +199,14 @@ Status Executor::set_plan_locked(const Plan& plan)
         {
             weight_count[t.layer]++;
             pinned_count[t.layer] += plan.tensors[k].pinned ? 1 : 0;
-            if (!mapped || !window[t.layer])
-                weight_ranges[t.layer].emplace_back(plan.tensors[k].offset, t.size);
-            else if (!t.transformed)
-                window_ranges[t.layer].emplace_back(plan.tensors[k].offset, align_up(t.size, kMappedPage));
-            windowed[t.layer] = mapped && window[t.layer];
+            weight_ranges[t.layer].emplace_back(plan.tensors[k].offset, planned_bytes(t, plan.mapped, plan.alignment));
+            if (plan.mapped && t.transformed)
+            {
+                // restored by the computing thread once its layer has computed
+                if (t.last_use != t.layer)
+                    return Status::error("profile: " + step_names_[t.layer] + " has a mapped weight used after its layer");
+                maps[t.layer] = true;
+            }
         }
     }
     for (int role = 0; role < 3; role++)
@@ -256,10 +261,8 @@ Status Executor::set_plan_locked(const Plan& plan)
     built_.assign(steps, false); // resident layers are built by the next run's loading thread
     wait_for_ = wait_for;
     weight_ranges_ = std::move(weight_ranges);
-    window_ranges_ = std::move(window_ranges);
-    windowed_ = std::move(windowed);
-    held_.assign(steps, false);
-    canary_.bind(options_.canaries ? arena_.get() : nullptr, plan.mapped_from);
+    maps_ = std::move(maps);
+    canary_.bind(options_.canaries ? arena_.get() : nullptr, plan.arena_bytes);
     ArenaCanary* canary = canary_.armed() ? &canary_ : nullptr;
     const uint64_t beside = reserved_outside_bytes() + (options_.static_arena ? 0 : plan.arena_bytes);
     const size_t outside_limit = options_.outside_allowance > SIZE_MAX - beside ? SIZE_MAX : (size_t)(options_.outside_allowance + beside);
@@ -274,11 +277,13 @@ void Executor::release_arena()
     // layers' Mats keep their refcounts inside the arena: drop them while it still exists
     for (int layer : schedule_.order)
         model_->planned(layer)->unload(load_opt_);
-    for (int step = 0; step < (int)held_.size(); step++)
-        drop_window(step);
     built_.assign(built_.size(), false);
     has_plan_ = false;
+    const bool restored = mapped_.restore_all().ok();
     std::lock_guard<std::mutex> state(state_);
+    // never freed with a record still mapped over it (malloc would write into its pages)
+    if (!restored)
+        arena_.release();
     arena_.reset();
 }
 
@@ -298,12 +303,11 @@ Status Executor::load_step(int step)
             canary_.poison(r.first, r.second);
     }
     const LayerTransforms* transforms = transformed_.layer(layer);
-    if (windowed_[step])
+    if (maps_[step])
     {
-        // its window pages are taken from here until drop_window: the records mapped and resident
-        // before the layer is built on them (read ahead here, not faulted in by its kernels)
-        held_[step] = true;
-        Status s = transforms ? mapped_.map_layer(layer, *transforms) : Status();
+        // its records are mapped over their arena bytes as NCNN asks for them, resident before the
+        // layer is built on them (read ahead here, not faulted in by its kernels)
+        Status s = mapped_.begin_layer(layer);
         if (!s.ok())
             return s;
         for (size_t k = 0; transforms && k < transforms->mats.size(); k++)
@@ -367,7 +371,6 @@ void Executor::load_steps()
             }
             if (failure_.failed())
                 break;
-            drop_window_through(wait_for);
             Status s = load_step(step);
             if (!s.ok())
             {
@@ -379,24 +382,6 @@ void Executor::load_steps()
         }
         progress_.loaded(step);
     }
-}
-
-void Executor::drop_window(int step)
-{
-    if (!held_[step])
-        return;
-    mapped_.unmap_layer(layer_at(step));
-    if (arena_)
-        for (const auto& r : window_ranges_[step])
-            drop_pages(arena_.get() + r.first, r.second);
-    held_[step] = false;
-}
-
-void Executor::drop_window_through(int step)
-{
-    for (; dropped_through_ < std::min(step, (int)held_.size() - 1); dropped_through_++)
-        if (!resident_[dropped_through_ + 1])
-            drop_window(dropped_through_ + 1);
 }
 
 int Executor::before_compute(int layer_index)
@@ -438,12 +423,21 @@ int Executor::after_compute(int layer_index, int ret)
     // without the static arena a streamed layer's weights go back to the heap once it has computed
     // (called from the layer's own forward, which touches nothing of it after this returns; ret == 0
     // means before_compute passed, so the clock's step is this layer's and its load is done)
-    if (ret == 0 && !options_.static_arena && !resident_[compute_clock_.started()])
+    const int step = compute_clock_.started();
+    if (ret == 0 && !options_.static_arena && !resident_[step])
         model_->planned(layer_index)->unload(load_opt_);
+    // a streamed layer's mapped records go before this step ends: the plan may give their bytes to
+    // the next step's tensors (written by this thread) or to a load waiting for this step
+    if (ret == 0 && maps_[step] && !resident_[step])
+    {
+        Status s = mapped_.restore(layer_index);
+        if (!s.ok())
+            failure_.set(s.message());
+    }
     // a streamed layer's weights die with its computation: the next load into their bytes (after
     // this step, by the plan's dependencies) finds them poisoned
-    if (ret == 0 && canary_.armed() && !resident_[compute_clock_.started()])
-        for (const auto& range : weight_ranges_[compute_clock_.started()])
+    if (ret == 0 && canary_.armed() && !resident_[step])
+        for (const auto& range : weight_ranges_[step])
             canary_.poison(range.first, range.second);
     if (ret != 0 && !failure_.failed())
         failure_.set("layer " + model_->layer_name(layer_index) + " failed to compute (NCNN error " + std::to_string(ret) + ")");
@@ -507,7 +501,6 @@ Status Executor::run_locked(const NamedMats& inputs, NamedMats& outputs, RunStat
     load_wait_us_ = 0;
     loaded_layers_ = 0;
     mapped_weight_bytes_ = 0;
-    dropped_through_ = 0;
     mapped_.reset_peak();
     outside_.reset_counts();
     faults_.begin_run();
@@ -558,7 +551,14 @@ Status Executor::run_locked(const NamedMats& inputs, NamedMats& outputs, RunStat
     }
     progress_.computed(schedule_.output_step() - 1);
     loader.join();
-    drop_window_through(schedule_.output_step()); // the next run starts without streamed weights
+    // a run that stopped early leaves records of layers it loaded but did not compute: the next
+    // run starts with only the resident layers' mapped
+    for (int step = 1; step < schedule_.output_step(); step++)
+    {
+        Status s = maps_[step] && !(resident_[step] && built_[step]) ? mapped_.restore(layer_at(step)) : Status();
+        if (!s.ok())
+            failure_.set(s.message());
+    }
 
     compute_clock_.begin(schedule_.output_step());
     outputs.clear();

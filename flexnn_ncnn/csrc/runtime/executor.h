@@ -110,11 +110,6 @@ private:
     // the loading thread's body: load_steps, whatever it throws turned into the inference's failure
     void load_all();
     void load_steps();
-    // give back the mapped window's pages of the streamed layers up to `step` that hold them (their
-    // computation has finished: the plan no longer holds their weights)
-    void drop_window_through(int step);
-    // give back the mapped window's pages of step `step`'s layer
-    void drop_window(int step);
     Status set_plan_locked(const Plan& plan);
     Status run_locked(const NamedMats& inputs, NamedMats& outputs, RunStats& stats);
 
@@ -158,15 +153,10 @@ private:
     std::vector<bool> resident_;    // per step: built once per plan, by the first run's loading thread
     std::vector<bool> built_;       // per step: resident and built (loading thread during a run)
     std::vector<int> wait_for_;     // per step: the computation its load waits for, -1 none
-    // mapped weights: per step, whether its layer's weights are in the plan's mapped window, and
-    // whether their pages may be resident (set by its load, cleared when dropped)
-    std::vector<bool> windowed_;
-    std::vector<bool> held_;
-    int dropped_through_ = 0; // loading thread: every streamed windowed step up to it is dropped
-    // per step: its raw weights' page ranges in the mapped window (offset, bytes)
-    std::vector<std::vector<std::pair<uint64_t, uint64_t> > > window_ranges_;
+    // per step: whether its layer's transformed records are mapped over their arena bytes
+    std::vector<bool> maps_;
     uint64_t mapped_weight_bytes_ = 0; // loading thread only
-    // per step: its weights' (offset, size) in the arena; with canaries, poisoned once a streamed
+    // per step: its weights' (offset, planned bytes) in the arena; with canaries, poisoned once a streamed
     // layer has computed, kept at the start of a run once a resident one is built
     std::vector<std::vector<std::pair<uint64_t, uint64_t> > > weight_ranges_;
     bool pin_loader_ = false;       // whether the loading thread runs on loader_cpus_ only

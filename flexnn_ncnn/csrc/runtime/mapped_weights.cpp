@@ -1,6 +1,7 @@
 #include "runtime/mapped_weights.h"
 
 #include "planner/plan.h"
+#include "planner/profile.h"
 #include "runtime/transformed_weights.h"
 
 #include <sys/mman.h>
@@ -11,12 +12,6 @@
 #include <cstring>
 
 namespace flexnn {
-
-MappedWeights::~MappedWeights()
-{
-    for (auto& layer : layers_)
-        unmap(layer.second);
-}
 
 Status MappedWeights::open(int fd, const std::string& path)
 {
@@ -29,20 +24,8 @@ Status MappedWeights::open(int fd, const std::string& path)
     return Status();
 }
 
-void MappedWeights::unmap(std::vector<Region>& regions)
+Status MappedWeights::begin_layer(int layer)
 {
-    for (const Region& r : regions)
-    {
-        munmap(r.address, r.length);
-        mapped_bytes_ -= r.length;
-    }
-    regions.clear();
-}
-
-Status MappedWeights::map_layer(int layer, const LayerTransforms& transforms)
-{
-    std::vector<Region>& regions = layers_[layer];
-    unmap(regions);
     current_ = layer;
     // a mapped page past the file's end faults (SIGBUS) where a read would come up short: a file
     // shrunk since it was opened is refused before any of it is mapped
@@ -50,51 +33,54 @@ Status MappedWeights::map_layer(int layer, const LayerTransforms& transforms)
     if (fstat(fd_, &st) != 0 || (uint64_t)st.st_size < file_bytes_)
         return Status::error(path_ + " shrank to " + std::to_string(fstat(fd_, &st) == 0 ? (uint64_t)st.st_size : 0)
                              + " B since it was opened (" + std::to_string(file_bytes_) + " B): prepare the model again");
-    for (const TransformedMat& m : transforms.mats)
-    {
-        if (m.offset % kMappedPage != 0 || m.offset > file_bytes_ || m.bytes > file_bytes_ - m.offset)
-            return Status::error(path_ + ": a record at byte " + std::to_string(m.offset) + " lies outside the file");
-        // the record's pages and the one NCNN may over-read past its end, within the file's last page
-        const uint64_t end = std::min(align_up(m.offset + m.bytes, kMappedPage) + kMappedPage, align_up(file_bytes_, kMappedPage));
-        void* p = mmap(nullptr, (size_t)(end - m.offset), PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd_, (off_t)m.offset);
-        if (p == MAP_FAILED)
-            return Status::error("cannot map " + path_ + " at byte " + std::to_string(m.offset) + ": " + strerror(errno));
-        regions.push_back({m.offset, static_cast<unsigned char*>(p), (size_t)(end - m.offset)});
-        mapped_bytes_ += end - m.offset;
-        peak_bytes_ = std::max(peak_bytes_, mapped_bytes_);
-    }
     return Status();
 }
 
-bool MappedWeights::point(const TransformedMat& m, ncnn::Mat& weight, std::string& error) const
+bool MappedWeights::point(const TransformedMat& m, ncnn::Mat& weight, std::string& error)
 {
-    const auto layer = layers_.find(current_);
-    const Region* region = nullptr;
-    if (layer != layers_.end())
-        for (const Region& r : layer->second)
-            if (r.offset == m.offset)
-                region = &r;
-    if (!region)
+    if (m.offset % kMappedPage != 0 || m.offset > file_bytes_ || m.bytes > file_bytes_ - m.offset)
     {
-        error = "its record at byte " + std::to_string(m.offset) + " is not mapped";
+        error = "its record at byte " + std::to_string(m.offset) + " lies outside the file";
         return false;
     }
-    // what Mat::create would have asked the weights allocator for
-    if (!slots_.pass(ncnn::alignSize((size_t)m.bytes, 4) + sizeof(int)))
+    // where Mat::create would have put it: the bytes the plan gives this request
+    unsigned char* address = slots_.pass(ncnn::alignSize((size_t)m.bytes, 4) + sizeof(int));
+    if (!address)
     {
-        error = "the plan has no buffer for it";
+        error = "the plan has no arena bytes for it";
         return false;
     }
-    void* data = region->address;
+    if ((uintptr_t)address % kMappedPage != 0)
+    {
+        error = "the plan puts it off a page: plan with mapped weights";
+        return false;
+    }
+    // the record's pages and the one NCNN may over-read past its end, within the file's last page
+    // (past it the planned bytes stay the arena's)
+    const uint64_t end = std::min(align_up(m.offset + m.bytes, kMappedPage) + kMappedPage, align_up(file_bytes_, kMappedPage));
+    const size_t length = (size_t)(end - m.offset);
+    if (mmap(address, length, PROT_READ, MAP_PRIVATE | MAP_FIXED | MAP_POPULATE, fd_, (off_t)m.offset) == MAP_FAILED)
+    {
+        error = "cannot map it at byte " + std::to_string(m.offset) + ": " + strerror(errno);
+        // a failed MAP_FIXED may have unmapped the bytes: they are the arena's again either way
+        mmap(address, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, -1, 0);
+        return false;
+    }
+    {
+        std::lock_guard<std::mutex> lock(regions_lock_);
+        regions_[current_].push_back({address, length});
+        mapped_bytes_ += length;
+        peak_bytes_ = std::max(peak_bytes_, mapped_bytes_);
+    }
     const size_t elemsize = m.elemsize;
     if (m.dims == 1)
-        weight = ncnn::Mat(m.w, data, elemsize, m.elempack);
+        weight = ncnn::Mat(m.w, address, elemsize, m.elempack);
     else if (m.dims == 2)
-        weight = ncnn::Mat(m.w, m.h, data, elemsize, m.elempack);
+        weight = ncnn::Mat(m.w, m.h, address, elemsize, m.elempack);
     else if (m.dims == 3)
-        weight = ncnn::Mat(m.w, m.h, m.c, data, elemsize, m.elempack);
+        weight = ncnn::Mat(m.w, m.h, m.c, address, elemsize, m.elempack);
     else
-        weight = ncnn::Mat(m.w, m.h, m.d, m.c, data, elemsize, m.elempack);
+        weight = ncnn::Mat(m.w, m.h, m.d, m.c, address, elemsize, m.elempack);
     if ((uint64_t)weight.total() * weight.elemsize != m.bytes)
     {
         error = "its shape does not fill the recorded " + std::to_string(m.bytes) + " B";
@@ -104,16 +90,53 @@ bool MappedWeights::point(const TransformedMat& m, ncnn::Mat& weight, std::strin
     return true;
 }
 
-void MappedWeights::unmap_layer(int layer)
+Status MappedWeights::restore(int layer)
 {
-    const auto it = layers_.find(layer);
-    if (it != layers_.end())
-        unmap(it->second);
+    std::lock_guard<std::mutex> lock(regions_lock_);
+    const auto it = regions_.find(layer);
+    if (it == regions_.end())
+        return Status();
+    std::vector<Region>& regions = it->second;
+    while (!regions.empty())
+    {
+        const Region r = regions.back();
+        // private anonymous pages over the record's: the arena's bytes again, zero until written
+        if (mmap(r.address, r.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, -1, 0) == MAP_FAILED)
+            return Status::error("cannot give back the arena bytes of a mapped record of " + path_ + ": " + strerror(errno));
+        regions.pop_back();
+        mapped_bytes_ -= r.length;
+    }
+    regions_.erase(it);
+    return Status();
 }
 
-void drop_pages(unsigned char* p, uint64_t bytes)
+Status MappedWeights::restore_all()
 {
-    madvise(p, bytes, MADV_DONTNEED);
+    std::vector<int> layers;
+    {
+        std::lock_guard<std::mutex> lock(regions_lock_);
+        for (const auto& layer : regions_)
+            layers.push_back(layer.first);
+    }
+    for (int layer : layers)
+    {
+        Status s = restore(layer);
+        if (!s.ok())
+            return s;
+    }
+    return Status();
+}
+
+uint64_t MappedWeights::peak_bytes() const
+{
+    std::lock_guard<std::mutex> lock(regions_lock_);
+    return peak_bytes_;
+}
+
+void MappedWeights::reset_peak()
+{
+    std::lock_guard<std::mutex> lock(regions_lock_);
+    peak_bytes_ = mapped_bytes_;
 }
 
 } // namespace flexnn

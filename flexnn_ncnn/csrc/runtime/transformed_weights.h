@@ -236,7 +236,7 @@ struct TransformedSource
     DirectWindow* window = nullptr; // O_DIRECT reads; null: pread
     const ZeroPages* zeros = nullptr;
     RecordingAllocator* recorder = nullptr; // prepare: marks each transformed Mat's request
-    const MappedWeights* mapped = nullptr;  // Mats point into the mapped file instead of being read
+    MappedWeights* mapped = nullptr;        // records mapped over their arena bytes instead of read there
 };
 
 // Build `layer` from `reader` (its bytes of the .bin) and, when `transforms` is not null, its
