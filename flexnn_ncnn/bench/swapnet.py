@@ -130,4 +130,4 @@ def swapnet_plan(profile: Profile, budget: int, reserved: int = 0) -> Plan:
              activation_bytes, ", every weight pinned" if pinned else "")
     arena_bytes = activation_start + activation_bytes
     return Plan(ALGORITHM, budget, DEFAULT_ALIGNMENT, arena_bytes, lower_bound(profile), tuple(placements), tuple(dependencies),
-                arena_bytes)
+                False)

@@ -8,6 +8,26 @@ namespace flexnn {
 
 namespace {
 
+// How each kind of tensor picks among the free ranges that hold it.
+struct Fits
+{
+    Fit record;       // a transformed record of a mapped plan
+    Fit weight;       // any other weight
+    Fit intermediate;
+    bool both_ends;   // activations at whichever end of the arena keeps their side lower, or lowest
+};
+
+// Zoned (a mapped plan's first choice): records from the top, everything else from the bottom, so
+// few bytes a record was mapped over are written next: each such page comes back to the arena as a
+// fresh zero page, faulted in by its next writer.
+Fits fits_for(const LayoutInput& in, const LayoutRequest& request)
+{
+    if (in.mapped && request.zoned)
+        return {Fit::Highest, Fit::Lowest, Fit::Lowest, false};
+    const Fit fit = request.algorithm == Algorithm::FlexNN ? Fit::Best : Fit::Lowest;
+    return {fit, fit, fit, true};
+}
+
 // Places layer `layer`'s non-pinned weights (preloaded as early as space allows, not before
 // `earliest`, or at their layer when `preload` is off) and then its intermediates. Returns the
 // index of the first tensor that does not fit, or -1. `load_begin` becomes the latest step at
@@ -18,7 +38,7 @@ namespace {
 // first, then layers in order). It is never later than planned, so the weights may occupy their
 // bytes longer than planned; no tensor placed afterwards minds, since it belongs to a later layer
 // and may share these bytes only by beginning after the weights end.
-int place_layer(const LayoutInput& in, int layer, bool preload, int earliest, Fit fit, bool pinned, Occupancy& occupancy,
+int place_layer(const LayoutInput& in, int layer, bool preload, int earliest, const Fits& fits, bool pinned, Occupancy& occupancy,
                 std::vector<Placement>& placements, int& load_begin)
 {
     load_begin = -1;
@@ -32,6 +52,7 @@ int place_layer(const LayoutInput& in, int layer, bool preload, int earliest, Fi
             int begin = layer;
             uint64_t offset = 0;
             const uint64_t align = in.aligns[i];
+            const Fit fit = in.mapped && in.profile.tensors[i].transformed ? fits.record : fits.weight;
             const bool found = preload ? occupancy.find_earliest(size, align, earliest, layer, end, fit, begin, offset)
                                        : occupancy.find(size, align, layer, end, fit, offset);
             if (!found)
@@ -47,7 +68,7 @@ int place_layer(const LayoutInput& in, int layer, bool preload, int earliest, Fi
     for (int i : in.intermediates[layer])
     {
         uint64_t offset = 0;
-        if (!occupancy.find(in.sizes[i], in.aligns[i], layer, layer + 1, fit, offset))
+        if (!occupancy.find(in.sizes[i], in.aligns[i], layer, layer + 1, fits.intermediate, offset))
             return i;
         occupancy.add({offset, offset + in.sizes[i], layer, layer + 1});
         placements[i].offset = offset;
@@ -119,7 +140,8 @@ Status lay_out(const LayoutInput& in, const LayoutRequest& request, std::vector<
         return Status::error("the pinned weights (" + std::to_string(floor) + " B) do not fit in " + std::to_string(request.capacity) + " B");
     Occupancy occupancy(floor, request.capacity, layer_count);
 
-    // activations first, each at the end of the arena where it keeps its side lower
+    // activations first, each at the end of the arena where it keeps its side lower (zoned: the bottom)
+    const Fits fits = fits_for(in, request);
     for (int i : in.activations)
     {
         const TensorUse& t = profile.tensors[i];
@@ -130,7 +152,7 @@ Status lay_out(const LayoutInput& in, const LayoutRequest& request, std::vector<
         if (!low_ok)
             return does_not_fit(in, i, request);
         const uint64_t low_side = low + size - floor, high_side = request.capacity - high;
-        const uint64_t offset = high_ok && high_side < low_side ? high : low;
+        const uint64_t offset = fits.both_ends && high_ok && high_side < low_side ? high : low;
         occupancy.add({offset, offset + size, t.first_use, t.last_use + 1});
         placements[i].offset = offset;
     }
@@ -138,16 +160,15 @@ Status lay_out(const LayoutInput& in, const LayoutRequest& request, std::vector<
     // Algorithm 1 preloads as early as space allows; FlexNN no earlier than the previous load's
     // planned start, since the loading thread reads layers in order anyway.
     const bool in_order = request.algorithm == Algorithm::FlexNN;
-    const Fit fit = request.algorithm == Algorithm::FlexNN ? Fit::Best : Fit::Lowest;
     int previous_begin = 0;
     for (int layer = 0; layer < layer_count; layer++)
     {
         const size_t mark = occupancy.size();
         int load_begin = -1;
-        if (!request.preload || place_layer(in, layer, true, in_order ? previous_begin : 0, fit, pinned[layer], occupancy, placements, load_begin) >= 0)
+        if (!request.preload || place_layer(in, layer, true, in_order ? previous_begin : 0, fits, pinned[layer], occupancy, placements, load_begin) >= 0)
         {
             occupancy.truncate(mark);
-            const int failed = place_layer(in, layer, false, layer, fit, pinned[layer], occupancy, placements, load_begin);
+            const int failed = place_layer(in, layer, false, layer, fits, pinned[layer], occupancy, placements, load_begin);
             if (failed >= 0)
                 return does_not_fit(in, failed, request);
         }

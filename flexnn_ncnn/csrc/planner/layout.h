@@ -36,6 +36,9 @@ struct LayoutRequest
     Algorithm algorithm;
     bool preload; // off: every weight is claimed at its layer (a cheaper probe)
     std::vector<int> pinned_layers; // their weights are pinned, stacked in this order from address 0
+    // a mapped input: records from the top of the arena, every other tensor from the bottom
+    // (layout.cpp's fits_for); off, or not mapped: the algorithm's fit for all
+    bool zoned = false;
 };
 
 // Fills `placements` (parallel to the profile's tensors) with offsets and load times, or returns

@@ -18,11 +18,27 @@ uint64_t usable(uint64_t budget, uint64_t alignment)
     return budget / alignment * alignment;
 }
 
-// Whether make_plan succeeds at `budget`: its first layout, unpinned, fits.
+// make_plan's first layout at `budget`, unpinned: zoned when the input is mapped, else (or when
+// that does not fit) the algorithm's fit for all. `request` becomes the one laid out.
+Status first_layout(const LayoutInput& in, uint64_t budget, Algorithm algorithm, LayoutRequest& request,
+                    std::vector<Placement>& placements)
+{
+    request = {usable(budget, in.alignment), algorithm, true, {}, in.mapped};
+    Status fit = lay_out(in, request, placements);
+    if (!fit.ok() && request.zoned)
+    {
+        request.zoned = false;
+        fit = lay_out(in, request, placements);
+    }
+    return fit;
+}
+
+// Whether make_plan succeeds at `budget`.
 bool fits(const LayoutInput& in, uint64_t budget, Algorithm algorithm)
 {
+    LayoutRequest request;
     std::vector<Placement> placements;
-    return lay_out(in, {usable(budget, in.alignment), algorithm, true, {}}, placements).ok();
+    return first_layout(in, budget, algorithm, request, placements).ok();
 }
 
 // The smallest multiple of the alignment above `infeasible` (a budget that does not fit) that fits; 0 if none found.
@@ -107,7 +123,7 @@ Plan finish(const LayoutInput& in, const PlannerOptions& options, uint64_t budge
 // full). That prefix and 3/4, 1/2 and 1/4 of it, most pinned first, are compared with the
 // unpinned plan by expected_stall_us(): the least stall wins, ties going to more pinned bytes, and
 // a candidate without stall ends the search.
-Plan choose_pinning(const LayoutInput& in, const PlannerOptions& options, uint64_t budget, Plan unpinned)
+Plan choose_pinning(const LayoutInput& in, const PlannerOptions& options, const LayoutRequest& base, uint64_t budget, Plan unpinned)
 {
     const Profile& profile = in.profile;
     std::vector<uint64_t> weight_bytes(profile.layers.size(), 0);
@@ -129,7 +145,6 @@ Plan choose_pinning(const LayoutInput& in, const PlannerOptions& options, uint64
 
     if (ranked.empty())
         return unpinned;
-    const LayoutRequest base{usable(budget, in.alignment), options.algorithm, true, {}};
     auto lay_out_pinned = [&](size_t count, bool preload, std::vector<Placement>& placements) {
         LayoutRequest request = base;
         request.preload = preload;
@@ -200,7 +215,8 @@ PlanResult make_plan(const Profile& profile, uint64_t budget, const PlannerOptio
         return result;
     const LayoutInput in(profile, options.alignment, options.map_transformed);
     std::vector<Placement> placements;
-    const Status fit = lay_out(in, {usable(budget, in.alignment), options.algorithm, true, {}}, placements);
+    LayoutRequest request;
+    const Status fit = first_layout(in, budget, options.algorithm, request, placements);
     if (!fit.ok())
     {
         result.infeasible = true;
@@ -210,7 +226,7 @@ PlanResult make_plan(const Profile& profile, uint64_t budget, const PlannerOptio
     }
     Plan plan = finish(in, options, budget, std::move(placements));
     if (options.algorithm == Algorithm::FlexNN)
-        plan = choose_pinning(in, options, budget, std::move(plan));
+        plan = choose_pinning(in, options, request, budget, std::move(plan));
     result.plan = std::move(plan);
     return result;
 }
