@@ -102,7 +102,10 @@ def test_mapped_weights_equal_stock_ncnn_and_are_never_copied_into_the_arena(nam
 
 
 @pytest.mark.parametrize("name", ["kernels", "convfc"])
-def test_streamed_pages_are_dropped_after_use_and_pinned_ones_stay(name: str, tmp_path: Path) -> None:
+def test_streamed_pages_stay_inside_the_arena_and_pinned_ones_stay_mapped(name: str, tmp_path: Path) -> None:
+    """A streamed record's pages are the file's only over the arena bytes the plan gives records: the
+    ones a written tensor takes next are given back, the rest wait for the next record mapped there,
+    so the file's resident pages never exceed the arena."""
     w = written(name, tmp_path)
     session = Session(prepared(w, MAPPED))
     transformed_file = session.sidecar.transformed_file(session.path)
@@ -111,7 +114,7 @@ def test_streamed_pages_are_dropped_after_use_and_pinned_ones_stay(name: str, tm
     assert not any(p.pinned for t, p in zip(session.profile.tensors, session.plan.tensors) if t.transformed)
     for _ in range(2):
         session.run({"data": w.x})
-        assert resident_bytes_of(transformed_file) == 0  # every streamed layer's pages given back
+        assert resident_bytes_of(transformed_file) <= session.plan.arena_bytes
     session.set_budget(1 << 30)  # generous: the planner pins what it can
     # a pinned record's pages, and the one past it NCNN may over-read, stay mapped
     pinned = sum(-(-t.size // PAGE) * PAGE + PAGE for t, p in zip(session.profile.tensors, session.plan.tensors)
@@ -195,6 +198,33 @@ def test_with_room_to_spare_records_are_mapped_apart_from_what_is_written(tmp_pa
     assert planning.min_feasible_budget(profile, mapped=True) <= planning.min_feasible_budget(profile) + 3 * PAGE * 2
     session.set_budget(int(tightest(session) * 1.25))
     assert_close(session.run({"data": w.x})["output"], stock_output(w.param, w.bin, w.x))
+
+
+def test_a_mapped_resnet_switches_budgets_and_closes_with_record_pages_left_mapped(tmp_path: Path) -> None:
+    """Record pages whose next tenant is another record stay the file's (read-only) after their layer:
+    re-planning and closing the session give every page back before the layers' Mats write their
+    refcounts into the arena (a tiny zoo ResNet-50 crashed there when they did not). Outputs equal
+    stock NCNN at every budget."""
+    import gc
+    import json
+    from flexnn_ncnn.models import generate
+    from flexnn_ncnn.prepare import prepare_model, write_plan_file
+    model = generate("resnet50", tmp_path / "models", seed=0, tiny=True)
+    meta = json.loads(model.read_text())
+    (entry,) = meta["inputs"]
+    param, bin_ = model.parent / meta["param"], model.parent / meta["bin"]
+    x = np.random.default_rng(1).standard_normal(entry["shape"]).astype(np.float32)
+    ref = run_stock(param, bin_, {entry["name"]: x}, meta["outputs"][:1], fp32=True)[meta["outputs"][0]]
+    plan = tmp_path / "resnet50.plan.json"
+    write_plan_file(prepare_model(param, bin_, 1 << 30, {entry["name"]: tuple(entry["shape"])}, options=MAPPED), plan)
+    session = Session(plan)
+    smallest = tightest(session)
+    for factor in (1, 1.25, 1.5, 2, 1, 3):
+        session.set_budget(int(smallest * factor))
+        for _ in range(2):
+            assert_close(session.run({entry["name"]: x})[meta["outputs"][0]], ref)
+    del session
+    gc.collect()
 
 
 def test_the_pread_path_still_reads_into_the_arena_and_a_session_can_choose_either(tmp_path: Path) -> None:

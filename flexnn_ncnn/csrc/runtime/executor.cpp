@@ -1,6 +1,7 @@
 #include "runtime/executor.h"
 
 #include "planner/check_plan.h"
+#include "planner/record_pages.h"
 #include "runtime/cpu_clusters.h"
 #include "runtime/request_probe.h"
 #include "runtime/thread_allocator_scope.h"
@@ -48,9 +49,12 @@ Executor::Executor(const RuntimeOptions& options, LayerSchedule schedule, Profil
 
 Executor::~Executor()
 {
-    model_.reset(); // before the arena and the allocators
-    // the arena is freed only once no record is mapped over it: if one cannot be given back, it is kept
-    if (!mapped_.restore_all().ok())
+    // no record stays mapped over the arena: the layers' Mats write their refcounts into it as the
+    // model goes (before the arena and the allocators), and it is freed only then; if a record
+    // cannot be given back, the arena is kept
+    const bool restored = mapped_.restore_all(arena_.get(), plan_.arena_bytes).ok();
+    model_.reset();
+    if (!restored)
         arena_.release();
 }
 
@@ -186,8 +190,10 @@ Status Executor::set_plan_locked(const Plan& plan)
     const int steps = schedule_.step_count();
     std::vector<PlannedBuffers> buffers(3, PlannedBuffers(steps));
     std::vector<int> weight_count(steps, 0), pinned_count(steps, 0);
-    std::vector<std::vector<std::pair<uint64_t, uint64_t> > > weight_ranges(steps);
+    std::vector<ByteRanges> weight_ranges(steps), give_back(steps);
     std::vector<bool> maps(steps, false);
+    // with canaries every record page is given back, so the canary may poison any byte no tensor holds
+    const std::vector<ByteRanges> pages = pages_to_give_back(profile_, plan);
     for (size_t k = 0; k < profile_.tensors.size(); k++)
     {
         const TensorUse& t = profile_.tensors[k];
@@ -199,13 +205,19 @@ Status Executor::set_plan_locked(const Plan& plan)
         {
             weight_count[t.layer]++;
             pinned_count[t.layer] += plan.tensors[k].pinned ? 1 : 0;
-            weight_ranges[t.layer].emplace_back(plan.tensors[k].offset, planned_bytes(t, plan.mapped, plan.alignment));
+            const std::pair<uint64_t, uint64_t> placed{plan.tensors[k].offset, planned_bytes(t, plan.mapped, plan.alignment)};
+            weight_ranges[t.layer].push_back(placed);
             if (plan.mapped && t.transformed)
             {
-                // restored by the computing thread once its layer has computed
+                // given back by the computing thread once its layer has computed
                 if (t.last_use != t.layer)
                     return Status::error("profile: " + step_names_[t.layer] + " has a mapped weight used after its layer");
                 maps[t.layer] = true;
+                if (!plan.tensors[k].pinned)
+                {
+                    const ByteRanges& mine = options_.canaries ? ByteRanges{placed} : pages[k];
+                    give_back[t.layer].insert(give_back[t.layer].end(), mine.begin(), mine.end());
+                }
             }
         }
     }
@@ -262,6 +274,7 @@ Status Executor::set_plan_locked(const Plan& plan)
     wait_for_ = wait_for;
     weight_ranges_ = std::move(weight_ranges);
     maps_ = std::move(maps);
+    give_back_ = std::move(give_back);
     canary_.bind(options_.canaries ? arena_.get() : nullptr, plan.arena_bytes);
     ArenaCanary* canary = canary_.armed() ? &canary_ : nullptr;
     const uint64_t beside = reserved_outside_bytes() + (options_.static_arena ? 0 : plan.arena_bytes);
@@ -274,12 +287,13 @@ Status Executor::set_plan_locked(const Plan& plan)
 
 void Executor::release_arena()
 {
-    // layers' Mats keep their refcounts inside the arena: drop them while it still exists
+    // layers' Mats keep their refcounts inside the arena: drop them while it still exists, and no
+    // record is mapped over it (a page left the file's after its record died is read-only)
+    const bool restored = mapped_.restore_all(arena_.get(), plan_.arena_bytes).ok();
     for (int layer : schedule_.order)
         model_->planned(layer)->unload(load_opt_);
     built_.assign(built_.size(), false);
     has_plan_ = false;
-    const bool restored = mapped_.restore_all().ok();
     std::lock_guard<std::mutex> state(state_);
     // never freed with a record still mapped over it (malloc would write into its pages)
     if (!restored)
@@ -426,11 +440,11 @@ int Executor::after_compute(int layer_index, int ret)
     const int step = compute_clock_.started();
     if (ret == 0 && !options_.static_arena && !resident_[step])
         model_->planned(layer_index)->unload(load_opt_);
-    // a streamed layer's mapped records go before this step ends: the plan may give their bytes to
-    // the next step's tensors (written by this thread) or to a load waiting for this step
+    // a streamed layer's record pages that a written tensor takes next are the arena's again before
+    // this step ends: that tensor is this thread's (a later step's) or a load waiting for this step
     if (ret == 0 && maps_[step] && !resident_[step])
     {
-        Status s = mapped_.restore(layer_index);
+        Status s = mapped_.give_back(layer_index, arena_.get(), give_back_[step]);
         if (!s.ok())
             failure_.set(s.message());
     }

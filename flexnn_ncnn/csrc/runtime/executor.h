@@ -153,12 +153,14 @@ private:
     std::vector<bool> resident_;    // per step: built once per plan, by the first run's loading thread
     std::vector<bool> built_;       // per step: resident and built (loading thread during a run)
     std::vector<int> wait_for_;     // per step: the computation its load waits for, -1 none
-    // per step: whether its layer's transformed records are mapped over their arena bytes
+    // per step: whether its layer's transformed records are mapped over their arena bytes, and the
+    // pages of them to give back to the arena once it has computed (planner/record_pages.h)
     std::vector<bool> maps_;
+    std::vector<ByteRanges> give_back_;
     uint64_t mapped_weight_bytes_ = 0; // loading thread only
     // per step: its weights' (offset, planned bytes) in the arena; with canaries, poisoned once a streamed
     // layer has computed, kept at the start of a run once a resident one is built
-    std::vector<std::vector<std::pair<uint64_t, uint64_t> > > weight_ranges_;
+    std::vector<ByteRanges> weight_ranges_;
     bool pin_loader_ = false;       // whether the loading thread runs on loader_cpus_ only
     ncnn::CpuSet loader_cpus_;
     ncnn::Option load_opt_;

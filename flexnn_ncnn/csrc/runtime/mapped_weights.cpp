@@ -90,6 +90,33 @@ bool MappedWeights::point(const TransformedMat& m, ncnn::Mat& weight, std::strin
     return true;
 }
 
+Status MappedWeights::anonymous(unsigned char* address, size_t length) const
+{
+    // private anonymous pages over the file's: the arena's bytes again, zero until written
+    if (mmap(address, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, -1, 0) == MAP_FAILED)
+        return Status::error("cannot give back the arena bytes of a mapped record of " + path_ + ": " + strerror(errno));
+    return Status();
+}
+
+Status MappedWeights::give_back(int layer, unsigned char* base, const ByteRanges& pages)
+{
+    for (const auto& p : pages)
+    {
+        Status s = anonymous(base + p.first, (size_t)p.second);
+        if (!s.ok())
+            return s;
+    }
+    std::lock_guard<std::mutex> lock(regions_lock_);
+    const auto it = regions_.find(layer);
+    if (it != regions_.end())
+    {
+        for (const Region& r : it->second)
+            mapped_bytes_ -= r.length;
+        regions_.erase(it);
+    }
+    return Status();
+}
+
 Status MappedWeights::restore(int layer)
 {
     std::lock_guard<std::mutex> lock(regions_lock_);
@@ -100,9 +127,9 @@ Status MappedWeights::restore(int layer)
     while (!regions.empty())
     {
         const Region r = regions.back();
-        // private anonymous pages over the record's: the arena's bytes again, zero until written
-        if (mmap(r.address, r.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, -1, 0) == MAP_FAILED)
-            return Status::error("cannot give back the arena bytes of a mapped record of " + path_ + ": " + strerror(errno));
+        Status s = anonymous(r.address, r.length);
+        if (!s.ok())
+            return s;
         regions.pop_back();
         mapped_bytes_ -= r.length;
     }
@@ -110,21 +137,18 @@ Status MappedWeights::restore(int layer)
     return Status();
 }
 
-Status MappedWeights::restore_all()
+Status MappedWeights::restore_all(unsigned char* base, uint64_t bytes)
 {
-    std::vector<int> layers;
+    std::lock_guard<std::mutex> lock(regions_lock_);
+    if (!base || fd_ < 0)
+        return Status();
+    Status s = anonymous(base, (size_t)(bytes / kMappedPage * kMappedPage));
+    if (s.ok())
     {
-        std::lock_guard<std::mutex> lock(regions_lock_);
-        for (const auto& layer : regions_)
-            layers.push_back(layer.first);
+        regions_.clear();
+        mapped_bytes_ = 0;
     }
-    for (int layer : layers)
-    {
-        Status s = restore(layer);
-        if (!s.ok())
-            return s;
-    }
-    return Status();
+    return s;
 }
 
 uint64_t MappedWeights::peak_bytes() const

@@ -1,6 +1,7 @@
 #ifndef FLEXNN_MAPPED_WEIGHTS_H
 #define FLEXNN_MAPPED_WEIGHTS_H
 
+#include "planner/record_pages.h"
 #include "runtime/arena_allocator.h"
 #include "runtime/status.h"
 
@@ -21,11 +22,12 @@ struct TransformedMat;
 // loading thread builds a layer, each transformed Mat NCNN asks for is its record mapped in place
 // (MAP_FIXED, populated: resident off the computing threads), its pages and the page NCNN may
 // over-read past its end, as planned (planned_bytes); the pages resident are the plan's. Once the
-// layer has computed, the computing thread restores the bytes to the arena's own zero pages, not
-// resident until written, before any later tensor there is claimed.
+// layer has computed, the computing thread gives back to the arena (its own zero pages, not resident
+// until written) the pages a written tensor takes next (planner/record_pages.h); the others stay
+// the file's until the next record is mapped over them, inside the arena's bytes either way.
 //
-// Invariant: a region is mapped over the arena from point() until restore(); the arena is never
-// freed or written there in between (the plan gives the bytes to the record alone).
+// Invariant: a page the file's is never written: the plan gives it to the record alone until the
+// record's layer has computed, and after that to nothing written before it is given back.
 class MappedWeights
 {
 public:
@@ -49,15 +51,21 @@ public:
     // loading thread: `weight` over record `m` mapped at its planned arena bytes; false with `error`
     // when the plan has no request for it or the mapping fails
     bool point(const TransformedMat& m, ncnn::Mat& weight, std::string& error);
-    // give `layer`'s record pages back (still in the page cache): the arena's zero pages again
+    // computing thread, once `layer` has computed: `pages` (offsets into the arena at `base`) are
+    // the arena's again; its records are no longer counted as mapped
+    Status give_back(int layer, unsigned char* base, const ByteRanges& pages);
+    // all of `layer`'s record pages (a run that stopped before computing it)
     Status restore(int layer);
-    // every layer's, before the arena goes
-    Status restore_all();
+    // every page of the arena at `base` up to `bytes`, before it is freed or planned anew
+    Status restore_all(unsigned char* base, uint64_t bytes);
     // bytes mapped now, and the most mapped at once since the last reset_peak
     uint64_t peak_bytes() const;
     void reset_peak();
 
 private:
+    // the arena's own pages over [address, address + length)
+    Status anonymous(unsigned char* address, size_t length) const;
+
     struct Region
     {
         unsigned char* address;
