@@ -36,7 +36,7 @@ from .ncnn_model import (BlobShape, Graph, ModelBin, declared_input_shapes, infe
                          read_param)
 from .ncnn_model.stock import check_loads
 from .prepare import RuntimeOptions, prepare_model, transformed_path_for, write_plan_file
-from .slicing import TARGETS, SlicingResult, Target, slice_model, spatial, target_for
+from .slicing import TARGETS, SlicingResult, slice_model, spatial, target_for
 from .slicing.calibrate import calibrate
 from .slicing.fit import fit_to_budget, smallest_budget
 from .slicing.slicer import write_sliced
@@ -129,16 +129,16 @@ def tiling_table(options: Sequence[spatial.SpatialTiling], budget: int | None) -
     return _table(headers, rows) + "\n(MiB; model needs = the most live activations + smallest working set of any layer)"
 
 
-def tiling_levels(tiler: spatial.Tiler, target: Target) -> str:
+def tiling_levels(tiler: spatial.Tiler) -> str:
     """Block by block: the need of the model with each further block tiled, as far as tiling goes."""
     least = tiler.smallest_need()  # makes the steps
     root = tiler.root[0]
-    lines = [f"tiled block by block: {_mib(spatial.model_need(root.analyses, target))} MiB untiled"]
+    lines = [f"tiled block by block: {_mib(tiler.need(root))} MiB untiled"]
     deepest = max(tiler.models.values(), key=lambda m: len(m[0].tilings))[0]
     for k, t in enumerate(deepest.tilings, start=1):
         model = tiler.models[deepest.tilings[:k]][0]
         lines.append(f"  then {t.layers[0]}..{t.layers[-1]} {t.rows}x{t.cols}: "
-                     f"{_mib(spatial.model_need(model.analyses, target))} MiB")
+                     f"{_mib(tiler.need(model))} MiB")
     lines.append(f"  the least any tiling reaches: {_mib(least)} MiB")
     return "\n".join(lines)
 
@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         weights = modelbin if modelbin is not None else ModelBin([])  # the tiles' copies of no weights
         tiler = spatial.Tiler(spatial.TiledModel(param, weights, graph, shapes, analyses, ()), target)
         print(tiling_table(tiler.root[1], budget))
-        print(tiling_levels(tiler, target))
+        print(tiling_levels(tiler))
         return 0
     options = RuntimeOptions(threads=args.threads, fp16=not args.no_fp16, pretransform=not args.no_pretransform,
                              map_weights=args.map_weights)

@@ -95,7 +95,7 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
         param, modelbin, graph, shapes, analyses, tilings = (tiled.param, tiled.modelbin, tiled.graph, tiled.shapes,
                                                              tiled.analyses, tiled.tilings)
     # what the model as sliced leaves for pinning (an option's need bounds its tiled model's analysis)
-    least = spatial.model_need(analyses, target) + reserve
+    least = (tiler.need(tiled) if tiled is not None else untiled - reserve) + reserve
     share = streamed_share(analyses, budget - least) if stream is not None else 0.0
     decisions: dict[str, LayerDecision] = {}
     # disable=None shows the bar only on a terminal: piped stderr keeps to the one-line error contract

@@ -637,7 +637,14 @@ class Tiler:
         self.target = target
         self.enabled = enabled
         self.models: dict[tuple[SpatialTiling, ...], tuple[TiledModel, list[SpatialTiling]]] = {}
+        self.needs: dict[tuple[SpatialTiling, ...], int] = {}  # model_need of each tiled model, by its tilings
         self.root = self._with_options(model)
+
+    def need(self, model: TiledModel) -> int:
+        """model_need of `model` (a pass over every layer's working sets), computed once."""
+        if model.tilings not in self.needs:
+            self.needs[model.tilings] = model_need(model.analyses, self.target)
+        return self.needs[model.tilings]
 
     def _with_options(self, model: TiledModel) -> tuple[TiledModel, list[SpatialTiling]]:
         if model.tilings not in self.models:
@@ -653,7 +660,8 @@ class Tiler:
         """The block to tile first when no option fits `limit`: lowering the need most, then, among
         those whose own steps fit `limit`, the least recomputation (fewer tiles: fewer layers, each of
         which the process holds); when none fits, the one whose own steps need least."""
-        lowering = [o for o in found if o.need < model_need(model.analyses, self.target)]
+        need = self.need(model)
+        lowering = [o for o in found if o.need < need]
         within = [o for o in lowering if o.block_need <= limit]
         if within:
             return min(within, key=lambda o: (o.need, o.recompute))
@@ -672,13 +680,13 @@ class Tiler:
         while True:
             step = self._step(model, found, 0)
             if step is None:
-                return min([model_need(model.analyses, self.target)] + [o.need for o in found])
+                return min([self.need(model)] + [o.need for o in found])
             model, found = self._then(model, step)
 
     def _descend(self, limit: int, step_limit: int) -> TiledModel | None:
         model, found = self.root
         while True:
-            if model.tilings and model_need(model.analyses, self.target) <= limit:
+            if model.tilings and self.need(model) <= limit:
                 return model
             tiling = choose(found, limit)
             if tiling is not None:
