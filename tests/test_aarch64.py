@@ -50,25 +50,3 @@ def test_cross_built_program_is_static() -> None:
     types = [struct.unpack_from("<I", program, phoff + i * phentsize)[0] for i in range(phnum)]
     assert types and PT_INTERP not in types
 
-
-@pytest.mark.parametrize("map_weights", ["0", "1"])
-def test_cross_built_runtime_streams_read_and_mapped_weights_under_qemu(map_weights: str, tmp_path: Path) -> None:
-    """The device binary prepares, plans at the smallest budget and runs in its arena under qemu,
-    reading the pre-transformed weights or mapping them over their arena bytes (MAP_FIXED), and
-    equals stock NCNN."""
-    import json
-    import subprocess
-
-    import numpy as np
-
-    from test_mapped_weights import write_chain
-    w = write_chain(tmp_path)
-    np.save(tmp_path / "x.npy", w.x)
-    program = built("linux-aarch64", "native", "tools", "flexnn-bench")
-    proc = subprocess.run(QEMU + ["-cpu", "cortex-a72", str(program), str(w.param), str(w.bin), str(tmp_path / "x.npy"),
-                                  "budget=min", f"map_weights={map_weights}", "threads=2", "loops=2", "warmup=1",
-                                  f"out={tmp_path / 'y.npy'}"], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["arena_bytes"] > 0
-    ref = stock_output(w.param, w.bin, w.x)
-    assert_close(np.load(tmp_path / "y.npy").reshape(ref.shape), ref, 1e-4)

@@ -49,8 +49,8 @@ def test_bench_runs_the_tightest_plan_and_matches_stock_ncnn(runner: list[str], 
 
 @pytest.mark.parametrize("runner, target", [([], "host"), (QEMU, "linux-aarch64")], ids=["host", "qemu-aarch64"])
 def test_mapped_weights_run_the_tightest_mapped_plan_and_match_stock_ncnn(runner: list[str], target: str, tmp_path: Path) -> None:
-    """map_weights=1: the device binary maps the pre-transformed records (a mapped window in the plan),
-    on host and cross-built under qemu-aarch64."""
+    """map_weights=1: the device binary maps the pre-transformed records over their arena bytes, on
+    host and cross-built under qemu-aarch64."""
     _, ref = bench(runner, target, tmp_path, "mode=stock")
     report, out = bench(runner, target, tmp_path, "budget=min", "map_weights=1")
     assert_close(out, ref)
