@@ -31,16 +31,19 @@ int main(int argc, char** argv)
 {
     if (argc < 9)
         return fail("usage: fault_injection MODEL.param MODEL.bin INPUT.npy INPUT_BLOB OUTPUT_BLOB THREADS BUDGET DELAYED_RUNS "
-                    "[transformed=FILE] [out=FILE.npy]");
+                    "[transformed=FILE] [out=FILE.npy] [map_weights=1]");
     const std::string param = argv[1], bin = argv[2], budget_arg = argv[7];
     const int threads = std::atoi(argv[6]), delayed_runs = std::atoi(argv[8]);
     if (threads < 1 || delayed_runs < 0)
         return fail("THREADS must be at least 1, DELAYED_RUNS at least 0");
     std::string transformed, out;
+    bool map_weights = false;
     for (int i = 9; i < argc; i++)
     {
         if (std::strncmp(argv[i], "transformed=", 12) == 0)
             transformed = argv[i] + 12;
+        else if (std::strcmp(argv[i], "map_weights=1") == 0)
+            map_weights = true;
         else if (std::strncmp(argv[i], "out=", 4) == 0)
             out = argv[i] + 4;
         else
@@ -85,7 +88,8 @@ int main(int argc, char** argv)
         if (again.profile.tensors[k].size != prepared.profile.tensors[k].size
             || again.profile.tensors[k].last_use != prepared.profile.tensors[k].last_use)
             return fail("the prepare after the failed ones recorded another profile");
-    const flexnn::PlannerOptions planner;
+    flexnn::PlannerOptions planner;
+    planner.map_transformed = options.map_weights = map_weights;
     const uint64_t smallest = flexnn::min_feasible_budget(prepared.profile, planner);
     const uint64_t budget = budget_arg == "min" ? smallest : std::strtoull(budget_arg.c_str(), nullptr, 10);
 

@@ -193,7 +193,7 @@ Status Executor::set_plan_locked(const Plan& plan)
     std::vector<ByteRanges> weight_ranges(steps), give_back(steps);
     std::vector<bool> maps(steps, false);
     // with canaries every record page is given back, so the canary may poison any byte no tensor holds
-    const std::vector<ByteRanges> pages = pages_to_give_back(profile_, plan);
+    const std::vector<ByteRanges> pages = options_.canaries ? std::vector<ByteRanges>() : pages_to_give_back(profile_, plan);
     for (size_t k = 0; k < profile_.tensors.size(); k++)
     {
         const TensorUse& t = profile_.tensors[k];
@@ -398,6 +398,16 @@ void Executor::load_steps()
     }
 }
 
+void Executor::give_back_uncomputed()
+{
+    for (int step = 1; step < schedule_.output_step(); step++)
+    {
+        Status s = maps_[step] && !(resident_[step] && built_[step]) ? mapped_.restore(layer_at(step)) : Status();
+        if (!s.ok())
+            failure_.set(s.message());
+    }
+}
+
 int Executor::before_compute(int layer_index)
 {
     const int step = compute_clock_.started() + 1;
@@ -480,6 +490,7 @@ Status Executor::run(const NamedMats& inputs, NamedMats& outputs, RunStats& stat
     {
         // thrown outside any layer (copying the inputs in or the outputs out); the loading thread has
         // been joined on the way out, and the next run starts from its own state
+        give_back_uncomputed();
         model_->release_bounded_tops();
         outputs.clear();
         return Status::error(std::string("the inference threw: ") + e.what());
@@ -565,14 +576,8 @@ Status Executor::run_locked(const NamedMats& inputs, NamedMats& outputs, RunStat
     }
     progress_.computed(schedule_.output_step() - 1);
     loader.join();
-    // a run that stopped early leaves records of layers it loaded but did not compute: the next
-    // run starts with only the resident layers' mapped
-    for (int step = 1; step < schedule_.output_step(); step++)
-    {
-        Status s = maps_[step] && !(resident_[step] && built_[step]) ? mapped_.restore(layer_at(step)) : Status();
-        if (!s.ok())
-            failure_.set(s.message());
-    }
+    if (failure_.failed())
+        give_back_uncomputed();
 
     compute_clock_.begin(schedule_.output_step());
     outputs.clear();

@@ -110,6 +110,10 @@ private:
     // the loading thread's body: load_steps, whatever it throws turned into the inference's failure
     void load_all();
     void load_steps();
+    // after a run that stopped early (the loading thread joined): the records of layers it loaded
+    // but did not compute are given back, so the next run starts with only resident layers' mapped
+    // (a run that completes gives each streamed layer's back as it computes)
+    void give_back_uncomputed();
     Status set_plan_locked(const Plan& plan);
     Status run_locked(const NamedMats& inputs, NamedMats& outputs, RunStats& stats);
 

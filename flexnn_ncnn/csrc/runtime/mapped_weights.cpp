@@ -63,7 +63,7 @@ bool MappedWeights::point(const TransformedMat& m, ncnn::Mat& weight, std::strin
     {
         error = "cannot map it at byte " + std::to_string(m.offset) + ": " + strerror(errno);
         // a failed MAP_FIXED may have unmapped the bytes: they are the arena's again either way
-        mmap(address, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_ANONYMOUS, -1, 0);
+        anonymous(address, length);
         return false;
     }
     {

@@ -42,10 +42,6 @@ public:
 
     // the file records are mapped from (kept open by its owner)
     Status open(int fd, const std::string& path);
-    bool opened() const
-    {
-        return fd_ >= 0;
-    }
     // loading thread: the Mats pointed at next are `layer`'s; refused when the file shrank
     Status begin_layer(int layer);
     // loading thread: `weight` over record `m` mapped at its planned arena bytes; false with `error`
