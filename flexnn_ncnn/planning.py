@@ -16,7 +16,10 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from .cli import UserError
+from .jsonfields import columns as _columns
 from .jsonfields import field as _field
 from .native import REBUILD
 from .units import format_size
@@ -24,6 +27,11 @@ from .units import format_size
 log = logging.getLogger(__name__)
 
 ROLES = ("weight", "activation", "intermediate")  # index = the C++ Role value
+# the profile's and plan's tables, as the sidecar stores them: a list per field (docs/PLAN_FORMAT.md)
+TENSOR_FIELDS = {"layer": int, "role": str, "ordinal": int, "size": int, "first_use": int, "last_use": int, "transformed": bool}
+LAYER_FIELDS = {"load_us": float, "compute_us": float}
+PLACEMENT_FIELDS = {"offset": int, "load_after": int}
+DEPENDENCY_FIELDS = {"comp": int, "load": int}
 ALGORITHMS = ("flexnn", "algorithm1")  # what the planner makes
 # what a plan may name: "swapnet" plans are the benchmark's block-streaming baseline (bench/swapnet.py)
 PLAN_ALGORITHMS = (*ALGORITHMS, "swapnet")
@@ -60,7 +68,7 @@ def _planner_call(name: str, *args: Any) -> Any:
         raise UserError(f"a profile or plan number is out of the planner's range ({str(e).splitlines()[0]})") from None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TensorUse:
     """One allocation of the profiled inference, identified by (layer, role, ordinal)."""
 
@@ -73,31 +81,11 @@ class TensorUse:
     # weights only: a record of the transformed-weights file, which a mapped plan maps in place
     transformed: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"layer": self.layer, "role": self.role, "ordinal": self.ordinal, "size": self.size,
-                "first_use": self.first_use, "last_use": self.last_use, **({"transformed": True} if self.transformed else {})}
 
-    @staticmethod
-    def from_dict(d: Mapping[str, Any], where: str) -> "TensorUse":
-        role = _field(d, "role", str, where)
-        if role not in ROLES:
-            raise UserError(f"{where}.role is {role!r}, not one of {', '.join(ROLES)}")
-        return TensorUse(_field(d, "layer", int, where), role, _field(d, "ordinal", int, where), _field(d, "size", int, where, 1),
-                         _field(d, "first_use", int, where), _field(d, "last_use", int, where),
-                         _field(d, "transformed", bool, where) if "transformed" in d else False)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LayerCost:
     load_us: float  # reading the layer's weights into the arena
     compute_us: float  # the layer's computation
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"load_us": self.load_us, "compute_us": self.compute_us}
-
-    @staticmethod
-    def from_dict(d: Mapping[str, Any], where: str) -> "LayerCost":
-        return LayerCost(_field(d, "load_us", float, where), _field(d, "compute_us", float, where))
 
 
 @dataclass(frozen=True)
@@ -108,10 +96,16 @@ class Profile:
     layers: tuple[LayerCost, ...]
 
     @functools.cached_property
-    def columns(self) -> tuple[list[tuple[int, int, int, int, int, int, bool]], list[tuple[float, float]]]:
-        """The form `_planner` takes (computed once: re-planning one profile skips it)."""
-        tensors = [(t.layer, ROLES.index(t.role), t.ordinal, t.size, t.first_use, t.last_use, t.transformed) for t in self.tensors]
-        return tensors, [(c.load_us, c.compute_us) for c in self.layers]
+    def columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """The form `_planner` takes (computed once: re-planning one profile skips it): an int64 row per
+        tensor (TENSOR_FIELDS, the role as its index in ROLES) and a float64 (load_us, compute_us) row per step."""
+        try:
+            tensors = np.array([(t.layer, ROLES.index(t.role), t.ordinal, t.size, t.first_use, t.last_use, t.transformed)
+                                for t in self.tensors], dtype=np.int64).reshape(-1, len(TENSOR_FIELDS))
+        except OverflowError as e:
+            raise UserError(f"a profile number is out of the planner's range ({e})") from None
+        layers = np.array([(c.load_us, c.compute_us) for c in self.layers], dtype=np.float64).reshape(-1, len(LAYER_FIELDS))
+        return tensors, layers
 
     def validate(self) -> None:
         message = _planner_call("validate_profile", *self.columns)
@@ -119,16 +113,22 @@ class Profile:
             raise UserError(message)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"layers": [c.to_dict() for c in self.layers], "tensors": [t.to_dict() for t in self.tensors]}
+        """Columns, one list per field: a large profile parses into few objects (a Session's resident
+        memory keeps what parsing it touched)."""
+        return {"layers": {name: [getattr(c, name) for c in self.layers] for name in LAYER_FIELDS},
+                "tensors": {name: [getattr(t, name) for t in self.tensors] for name in TENSOR_FIELDS}}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any], where: str = "profile") -> "Profile":
-        layers = tuple(LayerCost.from_dict(c, f"{where}.layers[{i}]") for i, c in enumerate(_field(d, "layers", list, where)))
-        tensors = tuple(TensorUse.from_dict(t, f"{where}.tensors[{i}]") for i, t in enumerate(_field(d, "tensors", list, where)))
-        return Profile(tensors, layers)
+        layers = _columns(_field(d, "layers", dict, where), LAYER_FIELDS, f"{where}.layers")
+        tensors = _columns(_field(d, "tensors", dict, where), TENSOR_FIELDS, f"{where}.tensors", {"size": 1})
+        for i, role in enumerate(tensors[1]):
+            if role not in ROLES:
+                raise UserError(f"{where}.tensors.role[{i}] is {role!r}, not one of {', '.join(ROLES)}")
+        return Profile(tuple(TensorUse(*row) for row in zip(*tensors)), tuple(LayerCost(*row) for row in zip(*layers)))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Placement:
     offset: int  # bytes from the arena's start
     load_after: int  # bytes claimed once this layer has computed; -1: at inference start
@@ -167,9 +167,9 @@ class Plan:
         return {
             "algorithm": self.algorithm, "budget": self.budget, "alignment": self.alignment,
             "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound, "mapped": self.mapped,
-            "tensors": [{"offset": p.offset, "load_after": p.load_after} for p in self.tensors],
+            "tensors": {name: [getattr(p, name) for p in self.tensors] for name in PLACEMENT_FIELDS},
             "pinned_weights": self.pinned_weights,
-            "dependencies": [list(d) for d in self.dependencies],
+            "dependencies": {name: [d[k] for d in self.dependencies] for k, name in enumerate(DEPENDENCY_FIELDS)},
         }
 
     @staticmethod
@@ -177,20 +177,14 @@ class Plan:
         algorithm = _field(d, "algorithm", str, where)
         if algorithm not in PLAN_ALGORITHMS:
             raise UserError(f"{where}.algorithm is {algorithm!r}, not one of {', '.join(PLAN_ALGORITHMS)}")
-        raw = _field(d, "tensors", list, where)
+        offsets, load_after = _columns(_field(d, "tensors", dict, where), PLACEMENT_FIELDS, f"{where}.tensors", {"offset": 0})
         pinned = set()
         for i, index in enumerate(_field(d, "pinned_weights", list, where)):
-            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(raw):
+            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(offsets):
                 raise UserError(f"{where}.pinned_weights[{i}] is not a tensor index")
             pinned.add(index)
-        tensors = tuple(
-            Placement(_field(p, "offset", int, f"{where}.tensors[{i}]", 0), _field(p, "load_after", int, f"{where}.tensors[{i}]"), i in pinned)
-            for i, p in enumerate(raw))
-        dependencies = []
-        for i, dep in enumerate(_field(d, "dependencies", list, where)):
-            if not (isinstance(dep, list) and len(dep) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in dep)):
-                raise UserError(f"{where}.dependencies[{i}] must be a [comp, load] pair of layer indices")
-            dependencies.append((dep[0], dep[1]))
+        tensors = tuple(Placement(o, l, i in pinned) for i, (o, l) in enumerate(zip(offsets, load_after)))
+        dependencies = zip(*_columns(_field(d, "dependencies", dict, where), DEPENDENCY_FIELDS, f"{where}.dependencies"))
         mapped = _field(d, "mapped", bool, where) if "mapped" in d else False
         return Plan(algorithm, _field(d, "budget", int, where, 0), _field(d, "alignment", int, where, 1),
                     _field(d, "arena_bytes", int, where, 0), _field(d, "lower_bound", int, where, 0), tensors,

@@ -10,8 +10,8 @@ the same outputs both ways). It then loads every layer once from them (recording
 runs one sequential inference recording every buffer (step, role, ordinal, size, last use) and each
 layer's compute time: the planner's profile. The sidecar (flexnn_ncnn/sidecar.py,
 docs/PLAN_FORMAT.md) holds the profile, the schedule the runtime needs (execution order, byte
-ranges, flags), the target and options it was made with, the build, the model's sha256, the
-slicer's decisions when MODEL.slicing.json is beside the .param, and the plan for the budget.
+ranges, flags), the target and options it was made with, the build, the model's sha256 and the plan
+for the budget.
 Last, a fresh process runs the prepared model once (overhead.py) to measure the resident memory the
 runtime does not count (the sidecar and NCNN's Net in memory, code pages, thread stacks): the
 sidecar records it and the plan leaves room for it beside the arena. An infeasible budget writes
@@ -21,7 +21,6 @@ nothing and names the smallest feasible one.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -68,17 +67,6 @@ def transformed_path_for(plan_path: Path) -> Path:
     X.transformed): each sidecar its own, so preparing the model again for another sidecar (other
     threads, fp16) never replaces the file an earlier one was recorded with."""
     return plan_path.with_name(plan_path.name.removesuffix(".json").removesuffix(".plan") + ".transformed")
-
-
-def _slicing_decisions(param: Path) -> dict[str, Any]:
-    """The slicer's MODEL.slicing.json beside MODEL.param (written by `slice`), or {} for an unsliced model."""
-    path = param.with_name(param.name.removesuffix(".param") + ".slicing.json")
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise UserError(f"cannot read the slicing decisions {path}: {e}") from None
 
 
 def _plan(profile: planning.Profile, budget: int | None, reserved: int, mapped: bool) -> planning.Plan:
@@ -186,7 +174,6 @@ def _prepared(module: Any, param: Path, bin_path: Path, graph: Graph, shapes: di
                               options.sgemm, options.fp16),
         inputs={name: list(reversed(shapes[name])) for name in graph.inputs},
         schedule=sidecar.Schedule.from_dict(schedule),
-        slicing=_slicing_decisions(param),
         profile=profile,
         plan=measuring_plan,
         outside_bytes=outside,

@@ -79,7 +79,7 @@ class Session:
                 loader=loader, drop_page_cache=drop_page_cache, overlap_loading=overlap_loading, direct_io=direct_io,
                 static_arena=static_arena, transformed=str(transformed or ""), outside_bytes=content.outside_bytes, canaries=canaries,
                 map_weights=self.map_weights)
-        except (RuntimeError, ValueError, TypeError) as e:  # TypeError: a number out of the runtime's range
+        except (RuntimeError, ValueError, TypeError, OverflowError) as e:  # Type/OverflowError: a number out of the runtime's range
             raise UserError(f"{path}: {str(e).splitlines()[0]}") from None
         self.inputs: list[str] = list(content.inputs)
         self.outputs: list[str] = list(content.schedule.outputs)

@@ -4,7 +4,7 @@ It names the sliced model (the sha256 of its .param, a sampled digest of its .bi
 weights), the build that profiled it (NCNN version, patch-series id, this package's version), the
 target and options the profile and the transformed weights were made for (ISA, the CPU features NCNN
 dispatches on, L2, threads, packing, winograd, sgemm, fp16), the input shapes, the runtime's schedule (execution order,
-per-layer .bin byte ranges, layer flags), the slicer's decisions, the profile, the plan, an
+per-layer .bin byte ranges, layer flags), the profile, the plan, an
 optional ladder of plans for other budgets, and what every plan leaves room for beside the arena
 (`reserved_bytes`: allocations outside it, and the resident memory the runtime does not count). It is the one plan file: prepare writes it, the plan
 CLI re-plans it, Session / run / the benchmark run it. The format is documented in docs/PLAN_FORMAT.md. Loading validates the
@@ -28,8 +28,9 @@ from .jsonfields import field as _field
 from .planning import Plan, Profile
 
 SCHEMA = "flexnn-plan"
-SCHEMA_VERSION = 6  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
-# 5: uncounted_rss_bytes; 6: build.runtime_version, target.cpu_features, sampled .bin/.transformed digests
+SCHEMA_VERSION = 7  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
+# 5: uncounted_rss_bytes; 6: build.runtime_version, target.cpu_features, sampled .bin/.transformed digests;
+# 7: the profile's and plans' tables as columns, no copy of the slicer's decisions (a Session holds less)
 SUFFIX = ".flexnn.plan.json"
 
 
@@ -127,7 +128,6 @@ class Sidecar:
     target: Target
     inputs: dict[str, list[int]]  # input blob name -> shape, NCNN order (w, h, c); fed in this order
     schedule: Schedule
-    slicing: dict[str, Any]  # the slicer's decisions, opaque here
     profile: Profile
     plan: Plan
     ladder: tuple[Plan, ...] = field(default=())  # plans for other budgets, same profile
@@ -174,7 +174,6 @@ class Sidecar:
             "target": vars(self.target).copy(),
             "inputs": {name: list(shape) for name, shape in self.inputs.items()},
             "schedule": self.schedule.to_dict(),
-            "slicing": self.slicing,
             "profile": self.profile.to_dict(),
             "plan": self.plan.to_dict(),
             "ladder": [p.to_dict() for p in self.ladder],
@@ -191,7 +190,7 @@ class Sidecar:
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
             raise UserError(f"schema_version {version!r} is not supported (this flexnn_ncnn reads {SCHEMA_VERSION}, "
-                            f"which records the runtime version and the CPU features): prepare the model again")
+                            f"which stores the profile and plans as columns): prepare the model again")
         known = {"schema", "schema_version", *(f.name for f in fields(Sidecar))}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -204,7 +203,6 @@ class Sidecar:
             *(_record(cls, _field(d, key, dict, "sidecar"), key) for key, cls in _RECORDS.items()),
             inputs=inputs,
             schedule=Schedule.from_dict(_field(d, "schedule", dict, "sidecar")),
-            slicing=_field(d, "slicing", dict, "sidecar"),
             profile=Profile.from_dict(_field(d, "profile", dict, "sidecar")),
             plan=Plan.from_dict(_field(d, "plan", dict, "sidecar")),
             ladder=tuple(Plan.from_dict(p, f"ladder[{i}]") for i, p in enumerate(_field(d, "ladder", list, "sidecar"))),

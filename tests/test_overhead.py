@@ -1,10 +1,12 @@
 """The resident memory the runtime does not count (flexnn_ncnn/overhead.py): prepare measures it in a
 fresh process, the sidecar carries it, and every plan made from the sidecar leaves room for it beside
 the arena and the allocations outside it. (Whether a run's peak RSS stays within the budget is the
-benchmark's report: RSS is the OS's measure, not asserted here.)"""
+benchmark's report: RSS is the OS's measure, not asserted here, except where what it must not hold is
+far larger than its noise: a profile parsed into an object per tensor.)"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,20 @@ def test_a_budget_below_the_reservation_names_the_smallest_feasible_one(prepared
 def test_the_measuring_cli_refuses_a_malformed_input(prepared_at_min: tuple[Path, sidecar.Sidecar]) -> None:
     path, _ = prepared_at_min
     assert_user_error(run_module("overhead", str(path), "--input", "data=3,x"), "--input 'data=3,x' is not NAME=D0,D1,...")
+
+
+def test_a_large_profile_is_stored_as_a_few_columns(prepared_at_min: tuple[Path, sidecar.Sidecar]) -> None:
+    """A Session keeps every page parsing its sidecar touched (Python does not return a partly used
+    arena): the profile and plans parse into a list per field, not an object per tensor."""
+    path, content = prepared_at_min
+
+    def containers(value) -> int:
+        if isinstance(value, dict):
+            return 1 + sum(containers(v) for v in value.values())
+        if isinstance(value, list):
+            return 1 + sum(containers(v) for v in value)
+        return 0
+    data = json.loads(path.read_text())
+    assert len(content.profile.tensors) >= 20
+    for part in ("profile", "plan"):
+        assert containers(data[part]) < 16, part

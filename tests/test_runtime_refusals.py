@@ -80,7 +80,7 @@ def test_allocation_larger_than_planned_stops_the_inference(residual: ModelCase,
     path, content = prepared(residual, tmp_path)
     # pretend prepare saw the first activation of the first convolution 64 bytes smaller
     index = next(i for i, t in enumerate(content.profile.tensors) if t.role == "activation" and t.layer == 1)
-    shrunk = edited(path, lambda c: c["profile"]["tensors"][index].update(size=c["profile"]["tensors"][index]["size"] - 64))
+    shrunk = edited(path, lambda c: c["profile"]["tensors"]["size"].__setitem__(index, c["profile"]["tensors"]["size"][index] - 64))
     session = Session(shrunk)
     with pytest.raises(UserError, match=r"step 1 \(layer conv1\): activation 0 of \d+ B is larger than planned"):
         session.run({"data": residual.x})
@@ -117,7 +117,7 @@ def test_plan_the_checker_rejects_is_never_run(residual: ModelCase, tmp_path: Pa
                 if i < j and t.first_use <= u.last_use and u.first_use <= t.last_use)
 
     def overlap(c: dict) -> None:
-        c["plan"]["tensors"][b]["offset"] = c["plan"]["tensors"][a]["offset"]
+        c["plan"]["tensors"]["offset"][b] = c["plan"]["tensors"]["offset"][a]
     with pytest.raises(UserError, match=r": plan is invalid: "):
         Session(edited(path, overlap))
 

@@ -153,6 +153,10 @@ def measure(description: dict[str, Any], mode: str, budget: int | str | None, th
                 raise
             # nothing to measure: the harness reports this baseline as infeasible at the budget
             return {"config": mode, "budget": budget, "infeasible": str(e), "min_feasible_budget": e.min_feasible_budget}
+        min_search = None
+        if budget == MIN:  # the search `slice` recorded in its decisions, beside the sliced .param
+            param = content.model_files(sidecar_path)[0]
+            min_search = json.loads(param.with_name(param.name.removesuffix(".param") + ".slicing.json").read_text())["min_search"]
         # slicing and prepare read the model and wrote the sliced one and its transformed weights
         # (offline steps): start cold
         transformed = content.transformed_file(sidecar_path)
@@ -183,8 +187,8 @@ def measure(description: dict[str, Any], mode: str, budget: int | str | None, th
               "arena_weight_bytes": stats["arena_weight_bytes"][timed], "mapped_weight_bytes": stats["mapped_weight_bytes"][timed],
               "budget": content.plan.budget, "plan_ms": plan_ms, "activation_floor_bytes": activation_floor(content.profile),
               "transformed_weight_bytes": transformed_bytes}
-    if budget == MIN:  # the search `slice` recorded in its decisions, which the sidecar carries
-        record["min_search"] = content.slicing["min_search"]
+    if min_search is not None:
+        record["min_search"] = min_search
     for key, value in (("slice_ms", prepared.slice_ms), ("prepare_ms", prepared.prepare_ms)):
         if value is not None:
             record[key] = value

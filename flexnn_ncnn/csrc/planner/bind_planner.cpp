@@ -12,15 +12,15 @@ namespace py = pybind11;
 
 namespace {
 
-using flexnn::plan_dict::LayerTuple;
+using flexnn::plan_dict::LayerRows;
 using flexnn::plan_dict::plan_from_dict;
 using flexnn::plan_dict::plan_to_dict;
 using flexnn::plan_dict::planner_algorithm_from;
 using flexnn::plan_dict::profile_from_columns;
-using flexnn::plan_dict::TensorTuple;
+using flexnn::plan_dict::TensorRows;
 
 // {"plan": dict} on success; {"error": str, "infeasible": bool, "min_feasible_budget": int} otherwise.
-py::dict make_plan(const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers, uint64_t budget,
+py::dict make_plan(const TensorRows& tensors, const LayerRows& layers, uint64_t budget,
                    const std::string& algorithm, uint64_t alignment, bool map_transformed)
 {
     const flexnn::Profile profile = profile_from_columns(tensors, layers);
@@ -51,19 +51,19 @@ PYBIND11_MODULE(_planner, m)
           py::arg("map_transformed"));
     m.def(
         "check_plan",
-        [](const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers, const py::dict& plan) {
+        [](const TensorRows& tensors, const LayerRows& layers, const py::dict& plan) {
             return flexnn::check_plan(profile_from_columns(tensors, layers), plan_from_dict(plan)).message();
         },
         py::arg("tensors"), py::arg("layers"), py::arg("plan"), "the first violation as one line; empty when the plan is sound");
     m.def(
         "validate_profile",
-        [](const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers) {
+        [](const TensorRows& tensors, const LayerRows& layers) {
             return flexnn::validate_profile(profile_from_columns(tensors, layers)).message();
         },
         py::arg("tensors"), py::arg("layers"));
     m.def(
         "min_feasible_budget",
-        [](const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers, const std::string& algorithm, uint64_t alignment,
+        [](const TensorRows& tensors, const LayerRows& layers, const std::string& algorithm, uint64_t alignment,
            bool map_transformed) {
             const flexnn::Profile profile = profile_from_columns(tensors, layers);
             const flexnn::PlannerOptions options{planner_algorithm_from(algorithm), alignment, map_transformed};
@@ -73,13 +73,13 @@ PYBIND11_MODULE(_planner, m)
         py::arg("tensors"), py::arg("layers"), py::arg("algorithm"), py::arg("alignment"), py::arg("map_transformed"));
     m.def(
         "lower_bound",
-        [](const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers, uint64_t alignment) {
+        [](const TensorRows& tensors, const LayerRows& layers, uint64_t alignment) {
             return flexnn::live_bytes_lower_bound(profile_from_columns(tensors, layers), alignment);
         },
         py::arg("tensors"), py::arg("layers"), py::arg("alignment"));
     m.def(
         "expected_stall_us",
-        [](const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers, const py::dict& plan) {
+        [](const TensorRows& tensors, const LayerRows& layers, const py::dict& plan) {
             return flexnn::expected_stall_us(profile_from_columns(tensors, layers), plan_from_dict(plan));
         },
         py::arg("tensors"), py::arg("layers"), py::arg("plan"));

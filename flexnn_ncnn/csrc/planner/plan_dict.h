@@ -2,7 +2,7 @@
 // files, planner/bind_planner.cpp and python/module.cpp, and nowhere else).
 //
 // A profile is (tensors, layers): tensors are (layer, role, ordinal, size, first_use, last_use,
-// transformed) tuples with role 0 weight, 1 activation, 2 intermediate; layers are (load_us, compute_us) tuples.
+// transformed) rows with role 0 weight, 1 activation, 2 intermediate; layers are (load_us, compute_us) rows.
 // A plan is a dict of columns parallel to the profile's tensors (offsets, load_after, pinned) plus
 // its scalars and (comp, load) dependencies. flexnn_ncnn/planning.py wraps both in dataclasses.
 #ifndef FLEXNN_PLANNER_PLAN_DICT_H
@@ -12,9 +12,11 @@
 #include "planner/planner.h"
 #include "planner/profile.h"
 
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <climits>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -27,22 +29,49 @@ namespace plan_dict {
 
 using TensorTuple = std::tuple<int, int, int, uint64_t, int, int, bool>;
 using LayerTuple = std::tuple<double, double>;
+// what Python passes: an (n, 7) int64 row per tensor, an (m, 2) float64 row per layer (numpy arrays;
+// sequences of tuples are converted)
+using TensorRows = pybind11::array_t<int64_t, pybind11::array::c_style | pybind11::array::forcecast>;
+using LayerRows = pybind11::array_t<double, pybind11::array::c_style | pybind11::array::forcecast>;
 
-inline Profile profile_from_columns(const std::vector<TensorTuple>& tensors, const std::vector<LayerTuple>& layers)
+// rows x width of a 2-d array (an empty sequence is zero rows), else invalid_argument
+inline pybind11::ssize_t rows_of(const pybind11::array& a, pybind11::ssize_t width, const char* what)
+{
+    if (a.size() == 0)
+        return 0;
+    if (a.ndim() != 2 || a.shape(1) != width)
+        throw std::invalid_argument(std::string("profile: ") + what + " must have " + std::to_string(width) + " columns");
+    return a.shape(0);
+}
+
+// a profile number into an int field, else overflow_error (Python's OverflowError)
+inline int int_field(int64_t value, pybind11::ssize_t row, const char* name)
+{
+    if (value < INT32_MIN || value > INT32_MAX)
+        throw std::overflow_error("profile: tensor " + std::to_string(row) + "'s " + name + " " + std::to_string(value) + " is out of range");
+    return static_cast<int>(value);
+}
+
+inline Profile profile_from_columns(const TensorRows& tensors, const LayerRows& layers)
 {
     Profile profile;
-    profile.tensors.reserve(tensors.size());
-    for (const auto& t : tensors)
+    const pybind11::ssize_t n = rows_of(tensors, 7, "tensors");
+    profile.tensors.reserve(n);
+    for (pybind11::ssize_t i = 0; i < n; i++)
     {
-        const int role = std::get<1>(t);
+        const int64_t* t = tensors.data(i, 0);
+        const int role = int_field(t[1], i, "role");
         if (role < 0 || role > 2)
             throw std::invalid_argument("profile: unknown role " + std::to_string(role));
-        profile.tensors.push_back({std::get<0>(t), static_cast<Role>(role), std::get<2>(t), std::get<3>(t), std::get<4>(t), std::get<5>(t),
-                                  std::get<6>(t)});
+        if (t[3] < 0 || t[6] < 0 || t[6] > 1)
+            throw std::overflow_error("profile: tensor " + std::to_string(i) + "'s size or transformed flag is out of range");
+        profile.tensors.push_back({int_field(t[0], i, "layer"), static_cast<Role>(role), int_field(t[2], i, "ordinal"),
+                                   static_cast<uint64_t>(t[3]), int_field(t[4], i, "first_use"), int_field(t[5], i, "last_use"), t[6] != 0});
     }
-    profile.layers.reserve(layers.size());
-    for (const auto& l : layers)
-        profile.layers.push_back({std::get<0>(l), std::get<1>(l)});
+    const pybind11::ssize_t m = rows_of(layers, 2, "layers");
+    profile.layers.reserve(m);
+    for (pybind11::ssize_t s = 0; s < m; s++)
+        profile.layers.push_back({*layers.data(s, 0), *layers.data(s, 1)});
     return profile;
 }
 

@@ -88,8 +88,8 @@ py::tuple run_stock(const std::string& param, const std::string& bin, const std:
 }
 
 using flexnn::plan_dict::planner_algorithm_from;
-using flexnn::plan_dict::LayerTuple;
-using flexnn::plan_dict::TensorTuple;
+using flexnn::plan_dict::LayerRows;
+using flexnn::plan_dict::TensorRows;
 
 flexnn::RuntimeOptions runtime_options(int threads, bool packing, bool winograd, bool sgemm, bool fp16, const std::string& loader,
                                        bool drop_page_cache, bool overlap_loading = true, bool direct_io = false,
@@ -182,8 +182,8 @@ py::dict prepare(const std::string& param, const std::string& bin, const py::dic
 class PyExecutor
 {
 public:
-    PyExecutor(const std::string& param, const std::string& bin, const py::dict& schedule, const std::vector<TensorTuple>& tensors,
-               const std::vector<LayerTuple>& layers, int threads, bool packing, bool winograd, bool sgemm, bool fp16,
+    PyExecutor(const std::string& param, const std::string& bin, const py::dict& schedule, const TensorRows& tensors,
+               const LayerRows& layers, int threads, bool packing, bool winograd, bool sgemm, bool fp16,
                const std::string& loader, bool drop_page_cache, bool overlap_loading, bool direct_io, bool static_arena,
                const std::string& transformed, uint64_t outside_bytes, bool canaries, bool map_weights)
     {
@@ -319,8 +319,8 @@ PYBIND11_MODULE(_native, m)
         .def("run", &PyMappedNet::run, py::arg("inputs"), py::arg("outputs"), "one inference: {output: array}");
 
     py::class_<PyExecutor>(m, "Executor", "A prepared model run under a plan (runtime/executor.h).")
-        .def(py::init<const std::string&, const std::string&, const py::dict&, const std::vector<TensorTuple>&,
-                      const std::vector<LayerTuple>&, int, bool, bool, bool, bool, const std::string&, bool, bool, bool, bool,
+        .def(py::init<const std::string&, const std::string&, const py::dict&, const TensorRows&,
+                      const LayerRows&, int, bool, bool, bool, bool, const std::string&, bool, bool, bool, bool,
                       const std::string&, uint64_t, bool, bool>(),
              py::arg("param"), py::arg("bin"), py::arg("schedule"), py::arg("tensors"), py::arg("layers"), py::arg("threads") = 1,
              py::arg("packing") = true, py::arg("winograd") = true, py::arg("sgemm") = true, py::arg("fp16") = true,
