@@ -2,17 +2,20 @@
 fresh process, the sidecar carries it, and every plan made from the sidecar leaves room for it beside
 the arena and the allocations outside it. (Whether a run's peak RSS stays within the budget is the
 benchmark's report: RSS is the OS's measure, not asserted here, except where what it must not hold is
-far larger than its noise: a profile parsed into an object per tensor.)"""
+far larger than its noise: a copy of a large input beside the arena, or a profile parsed into an object
+per tensor.)"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from flexnn_ncnn import planning, sidecar
 from flexnn_ncnn.planning import ARENA_MARGIN
+from flexnn_ncnn.process_memory import reset_peak_rss, status_bytes
 from flexnn_ncnn.prepare import prepare_model, write_plan_file
 from flexnn_ncnn.session import Session
 
@@ -69,6 +72,32 @@ def test_a_budget_below_the_reservation_names_the_smallest_feasible_one(prepared
 def test_the_measuring_cli_refuses_a_malformed_input(prepared_at_min: tuple[Path, sidecar.Sidecar]) -> None:
     path, _ = prepared_at_min
     assert_user_error(run_module("overhead", str(path), "--input", "data=3,x"), "--input 'data=3,x' is not NAME=D0,D1,...")
+
+
+# a large input and almost nothing else: global average pooling of 3 x 720 x 720 floats (6.2 MB)
+LARGE_INPUT = """7767517
+2 2
+Input data 0 1 data 0=720 1=720 2=3
+Pooling pool 1 1 data output 0=1 4=1
+"""
+
+
+def test_an_inference_copies_its_input_once_into_the_arena(tmp_path: Path) -> None:
+    """The session hands the runtime a view of the caller's array: the only copy is the arena's, so a
+    warm inference's peak RSS does not grow by another copy of the input."""
+    param, bin_ = tmp_path / "pool.param", tmp_path / "pool.bin"
+    param.write_text(LARGE_INPUT)
+    bin_.write_bytes(b"")
+    path = tmp_path / f"pool{sidecar.SUFFIX}"
+    write_plan_file(prepare_model(param, bin_, 1 << 30), path)
+    session = Session(path)
+    x = np.random.default_rng(0).standard_normal((3, 720, 720)).astype(np.float32)
+    expected = x.mean(axis=(1, 2))
+    session.run({"data": x})  # the arena's pages resident
+    assert reset_peak_rss()
+    before = status_bytes("VmRSS")
+    np.testing.assert_allclose(session.run({"data": x})["output"].reshape(-1), expected, rtol=1e-4)
+    assert status_bytes("VmHWM") - before < x.nbytes // 2
 
 
 def test_a_large_profile_is_stored_as_a_few_columns(prepared_at_min: tuple[Path, sidecar.Sidecar]) -> None:

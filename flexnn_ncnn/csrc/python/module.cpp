@@ -212,12 +212,18 @@ public:
     }
     py::tuple run(const py::dict& inputs)
     {
+        // views of the arrays, not copies: the executor copies each input once, into the arena
+        std::vector<FloatArray> held;
         flexnn::NamedMats mats;
         for (const std::string& name : executor_->schedule().inputs)
         {
             if (!inputs.contains(name))
                 throw std::invalid_argument("missing input '" + name + "'");
-            mats.emplace_back(name, to_mat(inputs[py::str(name)].cast<FloatArray>()));
+            held.push_back(inputs[py::str(name)].cast<FloatArray>());
+            const FloatArray& array = held.back();
+            ncnn::Mat view;
+            check(flexnn::dense_view(std::vector<int>(array.shape(), array.shape() + array.ndim()), array.data(), view));
+            mats.emplace_back(name, view);
         }
         if (inputs.size() != mats.size())
             throw std::invalid_argument("the model takes inputs " + py::str(py::cast(executor_->schedule().inputs)).cast<std::string>());

@@ -5,24 +5,53 @@
 
 namespace flexnn {
 
-Status mat_from_dense(const std::vector<int>& shape, const float* data, ncnn::Mat& out)
+namespace {
+
+Status check_dense_shape(const std::vector<int>& shape)
 {
     for (int d : shape)
         if (d <= 0)
             return Status::error("tensor has an empty dimension");
+    if (shape.empty() || shape.size() > 4)
+        return Status::error("tensor must have 1 to 4 dimensions, has " + std::to_string(shape.size()));
+    return Status();
+}
+
+// ncnn::Mat(w, ...) over data (null: allocated by create) in the dims numpy's shape reverses
+ncnn::Mat mat_of_shape(const std::vector<int>& shape, float* data)
+{
     switch (shape.size())
     {
-    case 1: out.create(shape[0]); break;
-    case 2: out.create(shape[1], shape[0]); break;
-    case 3: out.create(shape[2], shape[1], shape[0]); break;
-    case 4: out.create(shape[3], shape[2], shape[1], shape[0]); break;
-    default: return Status::error("tensor must have 1 to 4 dimensions, has " + std::to_string(shape.size()));
+    case 1: return data ? ncnn::Mat(shape[0], data) : ncnn::Mat(shape[0]);
+    case 2: return data ? ncnn::Mat(shape[1], shape[0], data) : ncnn::Mat(shape[1], shape[0]);
+    case 3: return data ? ncnn::Mat(shape[2], shape[1], shape[0], data) : ncnn::Mat(shape[2], shape[1], shape[0]);
+    default: return data ? ncnn::Mat(shape[3], shape[2], shape[1], shape[0], data) : ncnn::Mat(shape[3], shape[2], shape[1], shape[0]);
     }
+}
+
+} // namespace
+
+Status mat_from_dense(const std::vector<int>& shape, const float* data, ncnn::Mat& out)
+{
+    Status valid = check_dense_shape(shape);
+    if (!valid.ok())
+        return valid;
+    out = mat_of_shape(shape, nullptr);
     if (out.empty())
         return Status::error("out of memory for a tensor");
     const size_t plane = (size_t)out.w * out.h * out.d;
     for (int q = 0; q < out.c; q++)
         memcpy(out.channel(q), data + plane * q, plane * sizeof(float));
+    return Status();
+}
+
+Status dense_view(const std::vector<int>& shape, const float* data, ncnn::Mat& out)
+{
+    Status valid = check_dense_shape(shape);
+    if (!valid.ok())
+        return valid;
+    out = mat_of_shape(shape, const_cast<float*>(data)); // never written through: clone() only reads it
+    out.cstep = (size_t)out.w * out.h * out.d;
     return Status();
 }
 
