@@ -14,6 +14,9 @@ void fix_malloc_thresholds()
     const int kThreshold = 128 * 1024;
     mallopt(M_MMAP_THRESHOLD, kThreshold);
     mallopt(M_TRIM_THRESHOLD, kThreshold);
+    // one heap for all threads: the loading thread's layer objects (freed by the computing thread)
+    // would otherwise fill an arena of its own that no other thread's free space can serve
+    mallopt(M_ARENA_MAX, 1);
 #endif
 }
 

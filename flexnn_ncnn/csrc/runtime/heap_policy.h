@@ -8,7 +8,8 @@ namespace flexnn {
 // fragment. How far it was raised depends on everything the process freed before, so the resident
 // memory a model adds would too. Fixing the thresholds at glibc's defaults keeps every large block
 // mapped and unmapped on free: a model's peak RSS over idle is then the same in the process prepare
-// measures it in and in every process that runs its plan. No-op without glibc.
+// measures it in and in every process that runs its plan. One malloc arena for all threads, for the
+// same reason: which thread allocates does not decide where the bytes go. No-op without glibc.
 // The Python module calls it when it is imported and flexnn-bench first thing, before anything
 // they measure allocates; Model::open calls it for every other program the runtime is linked into.
 void fix_malloc_thresholds();
