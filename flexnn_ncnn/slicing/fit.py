@@ -6,9 +6,10 @@ allocate (transformed weights, layout conversions, live activations), and prepar
 budget must leave beside the arena (allocations outside it, the resident memory the runtime does not
 count). When the plan for the budget is infeasible, every layer's limit is lowered by the shortfall
 (the slicer's `reserve`) and the model is sliced again, until the plan fits, the slicer cannot cut
-further, or the shortfall stops shrinking. The first attempt's limits count the whole budget: when the shortfall stops shrinking while the reserve
-is below what the budget leaves beside the arena (the limits did not bind), the reserve is raised to
-that and the model sliced once more. No hand-set caps: every limit derives from the budget.
+further, or the shortfall stops shrinking. The reserve is never less than what prepare measured the
+budget must leave beside the arena (its margin, allocations outside it, the uncounted RSS): a loop
+starts from the last such measurement of its search (none for the first: its first attempt's limits
+count the whole budget). No hand-set caps: every limit derives from the budget.
 
 That loop alone is not monotone: a budget above one it fits may miss (the tightening follows the
 shortfalls of its own attempts). So when it misses, fit_to_budget searches the smallest budget the
@@ -57,10 +58,11 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
     InfeasibleBudget naming the smallest budget the search verified."""
     try:
         tiler = tiler_of(param, modelbin, graph, shapes, target)  # its tiled models serve every fit below
-        return _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream, tiler)
+        return _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream, tiler, 0)
     except planning.InfeasibleBudget as missed:
         log.info("no slicing fitted %s (%s): searching the smallest budget that fits", format_size(budget), missed)
-    found = smallest_budget(param, modelbin, graph, shapes, target, options, scratch, stream, tiler=tiler)
+        beside = missed.beside_arena
+    found = smallest_budget(param, modelbin, graph, shapes, target, options, scratch, stream, tiler=tiler, beside=beside)
     if found.budget <= budget:
         log.info("the slicing for the smallest budget, %s, fits %s", format_size(found.budget), format_size(budget))
         return found.result
@@ -71,33 +73,36 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
 
 def _fit_confirming(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
                     target: Target, options: RuntimeOptions, scratch: Path, progress: bool,
-                    stream: StreamModel | None, tiler: spatial.Tiler) -> SlicingResult:
-    """The fit loop, then, when it misses, the loop again at the smallest budget it reported, followed
-    while a new slicing for it still misses: raises InfeasibleBudget naming the last one found."""
-    result, smallest = _fit(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream, tiler)
+                    stream: StreamModel | None, tiler: spatial.Tiler, beside: int) -> SlicingResult:
+    """The fit loop (its reserve from `beside`, the bytes last measured beside the arena), then, when it
+    misses, the loop again at the smallest budget it reported, followed while a new slicing for it still
+    misses: raises InfeasibleBudget naming the last one found and what it measured beside the arena."""
+    result, smallest, beside = _fit(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream,
+                                    tiler, beside)
     if result is not None:
         return result
     for _ in range(MAX_ATTEMPTS):
         if not smallest:
             break
         log.info("confirming that %s fits", format_size(smallest))
-        confirmed, found = _fit(param, modelbin, graph, shapes, smallest, target, options, scratch, progress, stream,
-                                tiler)
+        confirmed, found, beside = _fit(param, modelbin, graph, shapes, smallest, target, options, scratch, progress,
+                                        stream, tiler, beside)
         if confirmed is not None:
             break
         if not found or found <= smallest:
             break  # no larger candidate: name the last one found
         smallest = found
-    raise planning.InfeasibleBudget(budget, smallest, "no slicing of the model plans within the budget")
+    raise planning.InfeasibleBudget(budget, smallest, "no slicing of the model plans within the budget", beside_arena=beside)
 
 
 def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int, target: Target,
          options: RuntimeOptions, scratch: Path, progress: bool, stream: StreamModel | None,
-         tiler: spatial.Tiler) -> tuple[SlicingResult | None, int]:
-    """(the fitting slicing, 0), or (None, the smallest feasible budget any attempt's plan reported)."""
+         tiler: spatial.Tiler, beside: int) -> tuple[SlicingResult | None, int, int]:
+    """(the fitting slicing, 0, beside), or (None, the smallest feasible budget any attempt's plan
+    reported, the bytes its last attempt measured beside the arena); the reserve starts at `beside`."""
     input_shapes = {name: tuple(shapes[name].numpy()) for name in graph.inputs}
     meter = LayerMeter(options)
-    reserve = 0
+    reserve = beside
     smallest = 0  # the smallest feasible budget an attempt's plan reported (0: none yet)
     shortfall_before: int | None = None
     for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -105,29 +110,32 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
             result = slice_model(param, modelbin, graph, shapes, budget, target, reserve, progress, stream, meter.cost,
                                   tiler)
         except UserError:
+            if reserve and not smallest:
+                reserve = 0  # what was measured beside the arena leaves this budget nothing: count the whole budget
+                continue
             if not smallest:
                 raise
             break  # the slicer cannot cut further
         sliced_param, sliced_bin, _ = write_sliced(result, scratch, f"attempt{attempt}")
         try:
             prepare_model(sliced_param, sliced_bin, budget, input_shapes, options)
-            return result, 0
+            return result, 0, beside
         except planning.InfeasibleBudget as e:
             if not e.min_feasible_budget:
                 raise
             smallest = min(smallest or e.min_feasible_budget, e.min_feasible_budget)
             shortfall = e.min_feasible_budget - budget
+            beside = e.beside_arena
             log.info("attempt %d (reserve %s): the plan needs %s more", attempt, format_size(reserve), format_size(shortfall))
             if shortfall_before is None or shortfall < shortfall_before:
-                reserve += shortfall
-            elif reserve < e.beside_arena:
-                # the limits, which count the whole budget, did not bind: slice for what the arena has,
-                # the budget less what the runtime holds beside it (margin, outside it, uncounted RSS)
-                reserve = e.beside_arena
+                # never less than what the runtime holds beside the arena (margin, outside it, uncounted RSS)
+                reserve = max(reserve + shortfall, beside)
+            elif reserve < beside:
+                reserve = beside  # more held beside the arena than the reserve counted
             else:
                 break  # slicing tighter no longer helps: the rest is activations or fixed buffers
             shortfall_before = shortfall
-    return None, smallest
+    return None, smallest, beside
 
 
 @dataclass(frozen=True)
@@ -152,21 +160,24 @@ class SmallestBudget:
 
 def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], target: Target,
                     options: RuntimeOptions, scratch: Path, stream: StreamModel | None = None,
-                    resolution: int = 256 * 1024, tiler: spatial.Tiler | None = None) -> SmallestBudget:
+                    resolution: int = 256 * 1024, tiler: spatial.Tiler | None = None, beside: int = 0) -> SmallestBudget:
     """The smallest budget the fit loop fits, to within `resolution` bytes (or 1%): bisection between
     the slicer's own lower bound, below which no slicing fits, and a budget confirmed to fit (the one
     an infeasible fit names, followed while a new slicing for it still misses). Every probe slices,
-    prepares and plans; the budget returned was fitted by one of them."""
+    prepares and plans; the budget returned was fitted by one of them. Each probe's loop starts from
+    the bytes the one before measured beside the arena (`beside`: the caller's last measurement)."""
     started = time.monotonic()
     probes: list[Probe] = []
     tiler = tiler or tiler_of(param, modelbin, graph, shapes, target)
+    measured = [beside]  # what the probes measured beside the arena, the last one last
 
     def fit(budget: int) -> SlicingResult | None:
         try:
             result = _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, False, stream,
-                                     tiler)
+                                     tiler, measured[-1])
         except planning.InfeasibleBudget as e:
             probes.append(Probe(budget, False))
+            measured.append(e.beside_arena or measured[-1])
             log.info("probe %d: %s does not fit (%s)", len(probes), format_size(budget), e)
             raise
         probes.append(Probe(budget, True))
