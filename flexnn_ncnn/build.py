@@ -28,7 +28,7 @@ from typing import Sequence
 
 from tqdm import tqdm
 
-from . import fetch, patches
+from . import archive_layout, fetch, patches
 from .cli import UserError, add_logging_args, run_main, setup_logging
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,8 @@ class Step:
     build_dir: Path
     args: list[str]
     ninja_targets: list[str]
+    # a static library the step installs, re-archived by instruction set once built (archive_layout.py)
+    regroup: Path | None = None
 
     def configure_command(self) -> list[str]:
         return ["cmake", "-G", "Ninja", "-S", str(self.source), "-B", str(self.build_dir), *self.args]
@@ -142,7 +144,7 @@ def plan_steps(target: Target, build_root: Path, series_id: str, ncnn_version: s
     ncnn = Step(f"NCNN ({target.build_name})", source, root / "ncnn",
                 [*NCNN_COMMON_ARGS, f"-DNCNN_VERSION={ncnn_version}", f"-DCMAKE_INSTALL_PREFIX={install}",
                  *target.toolchain_args, *variant_ncnn_args],
-                ["install"])
+                ["install"], install / "lib" / "libncnn.a")
     native_args = [
         "-DCMAKE_BUILD_TYPE=Release", f"-Dncnn_DIR={install / 'lib' / 'cmake' / 'ncnn'}",
         f"-DFLEXNN_PATCH_SERIES_ID={series_id}", f"-DFLEXNN_NCNN_VERSION={ncnn_version}",
@@ -212,6 +214,17 @@ def run_step(step: Step) -> None:
         _run_logged([*configure, "--fresh"], log_path, f"configure {step.title}")
         stamp_path.write_text(stamp)
     _run_logged(step.build_command(), log_path, f"build {step.title}")
+    if step.regroup is not None and archive_layout.group_by_isa(step.regroup, _cache_value(step.build_dir, "CMAKE_AR")):
+        print(f"==> {step.regroup}: objects grouped by instruction set", flush=True)
+
+
+def _cache_value(build_dir: Path, key: str) -> str:
+    """A value of the CMakeCache.txt in `build_dir`."""
+    for line in (build_dir / "CMakeCache.txt").read_text().splitlines():
+        name, _, value = line.partition("=")
+        if name.split(":")[0] == key:
+            return value
+    raise UserError(f"{build_dir / 'CMakeCache.txt'} has no {key}")
 
 
 def python_modules(build_dir: Path) -> list[Path]:

@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 from flexnn_ncnn import fetch
-from helpers import REPO_ROOT, assert_user_error, run_module
+from flexnn_ncnn.archive_layout import grouped, isa_group
+from helpers import REPO_ROOT, assert_user_error, built, run_module
 
 ANDROID_SCRIPT = REPO_ROOT / "scripts" / "build_android.sh"
 
@@ -102,3 +103,19 @@ def test_sanitizer_build_is_host_only_with_its_own_root_and_a_layer_subset(tmp_p
     assert proc.stdout.rstrip().endswith("runtime_stress fault_injection")  # the sanitizer workloads only
 
     assert_user_error(run_module("build", "--target", "linux-aarch64", "--sanitizer", "asan", "--dry-run"), "host-only")
+
+
+def test_objects_are_grouped_by_instruction_set_in_ncnns_order() -> None:
+    members = ["net.cpp.o", "absval.cpp.o", "absval_x86.cpp.o", "absval_x86_avx512.cpp.o", "absval_x86_fma.cpp.o",
+               "relu.cpp.o", "relu_x86.cpp.o", "relu_x86_avx512.cpp.o", "relu_x86_fma.cpp.o", "relu_arm_arm82.cpp.o"]
+    assert grouped(members) == ["net.cpp.o", "absval.cpp.o", "relu.cpp.o", "relu_arm_arm82.cpp.o", "absval_x86.cpp.o",
+                                "relu_x86.cpp.o", "absval_x86_avx512.cpp.o", "relu_x86_avx512.cpp.o",
+                                "absval_x86_fma.cpp.o", "relu_x86_fma.cpp.o"]
+
+
+def test_the_built_library_holds_each_instruction_sets_variants_together() -> None:
+    """What the runtime links: the variants one CPU runs lie together (archive_layout.py), the portable objects first."""
+    members = subprocess.run(["ar", "t", str(built("host", "install", "lib", "libncnn.a"))], capture_output=True, text=True,
+                             check=True).stdout.split()
+    groups = [isa_group(m) for m in members]
+    assert len(set(groups)) > 3 and groups[0] == "" and groups == sorted(groups)
