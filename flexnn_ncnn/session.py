@@ -86,6 +86,7 @@ class Session:
         self._load_waits_us: list[float] = []
         self._latencies_us: list[float] = []
         self._loaded_layers: list[int] = []  # per inference: layers the loading thread built
+        self._built_layers: list[int] = []  # per inference: layers whose NCNN objects outlived it
         # per inference: weight bytes served in the arena, and transformed bytes made resident in the mapped file
         self._arena_weight_bytes: list[int] = []
         self._mapped_weight_bytes: list[int] = []
@@ -153,6 +154,7 @@ class Session:
         self._load_waits_us.append(stats["load_wait_us"])
         self._latencies_us.append(stats["latency_us"])
         self._loaded_layers.append(stats["loaded_layers"])
+        self._built_layers.append(stats["built_layers"])
         self._arena_weight_bytes.append(stats["arena_weight_bytes"])
         self._mapped_weight_bytes.append(stats["mapped_weight_bytes"])
         self._mapped_peak_bytes.append(stats["mapped_peak_bytes"])
@@ -174,6 +176,7 @@ class Session:
             "load_wait_us": list(self._load_waits_us),
             "latency_us": list(self._latencies_us),
             "loaded_layers": list(self._loaded_layers),
+            "built_layers": list(self._built_layers),
             "arena_weight_bytes": list(self._arena_weight_bytes),
             "mapped_weight_bytes": list(self._mapped_weight_bytes),
             "mapped_peak_bytes": list(self._mapped_peak_bytes),

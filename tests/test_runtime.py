@@ -365,6 +365,23 @@ def test_a_budget_switch_defers_building_pinned_layers_to_the_next_run(model: Mo
     assert session.stats()["loaded_layers"][2:] == [layers, 0]
 
 
+def test_a_streamed_layer_is_dropped_once_it_has_computed(model: ModelCase, tmp_path: Path) -> None:
+    """Between inferences the process holds the NCNN objects of the resident layers only (weightless
+    or all weights pinned): a streamed layer's go once it has computed, and its next load builds it again."""
+    path, content = prepared(model, tmp_path)
+    b = budgets_for(content)
+    session = Session(path, budget=b["tightest"])
+    for _ in range(2):
+        assert_close(session.run({"data": model.x})["output"], model.ref)
+    layers = len(content.schedule.order)
+    streamed = session.stats()["loaded_layers"][1]
+    assert 0 < streamed <= layers
+    assert session.stats()["built_layers"] == [layers - streamed] * 2
+    session.set_budget(b["generous"])  # every weight pinned
+    assert_close(session.run({"data": model.x})["output"], model.ref)
+    assert session.stats()["built_layers"][-1] == layers
+
+
 def test_canaries_find_nothing_in_a_correct_plan(model: ModelCase, tmp_path: Path) -> None:
     """With canaries every byte no live tensor holds is poisoned and checked when next requested: a
     correct plan passes at every budget, across runs (resident weights kept, streamed ones reloaded)

@@ -239,6 +239,7 @@ public:
         s["outside_peak_bytes"] = stats.outside_peak_bytes;
         s["outside_allocations"] = stats.outside_allocations;
         s["loaded_layers"] = stats.loaded_layers;
+        s["built_layers"] = stats.built_layers;
         s["arena_weight_bytes"] = stats.arena_weight_bytes;
         s["mapped_weight_bytes"] = stats.mapped_weight_bytes;
         s["mapped_peak_bytes"] = stats.mapped_peak_bytes;

@@ -444,11 +444,15 @@ int Executor::raised(int layer_index, const std::string& what)
 int Executor::after_compute(int layer_index, int ret)
 {
     compute_clock_.end();
-    // without the static arena a streamed layer's weights go back to the heap once it has computed
-    // (called from the layer's own forward, which touches nothing of it after this returns; ret == 0
-    // means before_compute passed, so the clock's step is this layer's and its load is done)
+    // a streamed layer is built again by its next load: its NCNN objects go now, so the process
+    // holds those of the layers between their load and their computation, not of every layer (called
+    // from the layer's own forward, which touches nothing of it after this returns; ret == 0 means
+    // before_compute passed, so the clock's step is this layer's and its load is done). Its weights
+    // are its own until this step is signalled computed: releasing them writes their refcounts
+    // there. Without the static arena they go back to the heap. A mapped layer keeps its objects:
+    // the pages its refcounts lie in may be given back below.
     const int step = compute_clock_.started();
-    if (ret == 0 && !options_.static_arena && !resident_[step])
+    if (ret == 0 && !resident_[step] && (!options_.static_arena || !maps_[step]))
         model_->planned(layer_index)->unload(load_opt_);
     // a streamed layer's record pages that a written tensor takes next are the arena's again before
     // this step ends: that tensor is this thread's (a later step's) or a load waiting for this step
@@ -595,6 +599,9 @@ Status Executor::run_locked(const NamedMats& inputs, NamedMats& outputs, RunStat
     stats.outside_peak_bytes = outside.peak_bytes;
     stats.outside_allocations = outside.allocations;
     stats.loaded_layers = loaded_layers_;
+    stats.built_layers = 0;
+    for (int layer : schedule_.order)
+        stats.built_layers += model_->planned(layer)->built();
     stats.arena_weight_bytes = weights_.served_bytes();
     stats.mapped_weight_bytes = mapped_weight_bytes_;
     stats.mapped_peak_bytes = mapped_.peak_bytes();

@@ -36,6 +36,8 @@ struct RunStats
     uint64_t outside_allocations = 0; // requests served outside the arena during the run
     int loaded_layers = 0;            // layers the loading thread built: the streamed ones, and the first
                                       // run after set_plan also the resident ones
+    int built_layers = 0;             // layers whose NCNN objects exist after the run: the resident ones
+                                      // (a streamed layer's go once it has computed, unless its records are mapped)
     uint64_t arena_weight_bytes = 0;  // weight bytes the loading thread was served in the arena
     uint64_t mapped_weight_bytes = 0; // transformed weight bytes it made resident in the mapped file instead
     uint64_t mapped_peak_bytes = 0;   // the most bytes of records mapped at once (their pages and over-read pages)

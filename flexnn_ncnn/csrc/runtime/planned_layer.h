@@ -72,6 +72,11 @@ public:
     // when not null, is the thread's TransformedWeightStore while it builds.
     Status load(const ncnn::ModelBin& mb, const ncnn::Option& opt, ncnn::TransformedWeightStore* store = nullptr);
     void unload(const ncnn::Option& opt);
+    // whether the real layer exists (loaded and not unloaded since)
+    bool built() const
+    {
+        return real_ != nullptr;
+    }
     // the real layer's flags after its last load
     uint32_t loaded_flags() const;
     void set_flags(uint32_t flags);
