@@ -9,7 +9,9 @@ count). When the plan for the budget is infeasible, every layer's limit is lower
 further, or the shortfall stops shrinking. The reserve is never less than what prepare measured the
 budget must leave beside the arena (its margin, allocations outside it, the uncounted RSS): a loop
 starts from the last such measurement of its search (none for the first: its first attempt's limits
-count the whole budget). No hand-set caps: every limit derives from the budget.
+count the whole budget). When a tighter reserve changes nothing the plan needs (the estimates still
+leave a block untiled), the next one tightens twice as far, at least a 64th of the budget, and one
+past what the slicer can cut goes half of it back. No hand-set caps: every limit derives from the budget.
 
 That loop alone is not monotone: a budget above one it fits may miss (the tightening follows the
 shortfalls of its own attempts). So when it misses, fit_to_budget searches the smallest budget the
@@ -105,16 +107,22 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
     reserve = beside
     smallest = 0  # the smallest feasible budget an attempt's plan reported (0: none yet)
     shortfall_before: int | None = None
+    step = 0  # the reserve's last increase
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
             result = slice_model(param, modelbin, graph, shapes, budget, target, reserve, progress, stream, meter.cost,
                                   tiler)
-        except UserError:
+        except UserError as e:
+            log.info("attempt %d (reserve %s): %s", attempt, format_size(reserve), e)
             if reserve and not smallest:
                 reserve = 0  # what was measured beside the arena leaves this budget nothing: count the whole budget
                 continue
             if not smallest:
                 raise
+            if step > budget // 64:
+                step //= 2  # the last tightening went past what the slicer can cut: go half of it back
+                reserve -= step
+                continue
             break  # the slicer cannot cut further
         sliced_param, sliced_bin, _ = write_sliced(result, scratch, f"attempt{attempt}")
         try:
@@ -129,9 +137,15 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
             log.info("attempt %d (reserve %s): the plan needs %s more", attempt, format_size(reserve), format_size(shortfall))
             if shortfall_before is None or shortfall < shortfall_before:
                 # never less than what the runtime holds beside the arena (margin, outside it, uncounted RSS)
-                reserve = max(reserve + shortfall, beside)
+                step = max(reserve + shortfall, beside) - reserve
+                reserve += step
             elif reserve < beside:
                 reserve = beside  # more held beside the arena than the reserve counted
+            elif shortfall == shortfall_before:
+                # limits that tight changed nothing the plan needs (e.g. a block the estimates still
+                # leave untiled): tighten further, twice as far as the last time, at least a 64th of the budget
+                step = max(2 * step, budget // 64)
+                reserve += step
             else:
                 break  # slicing tighter no longer helps: the rest is activations or fixed buffers
             shortfall_before = shortfall
