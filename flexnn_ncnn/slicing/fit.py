@@ -60,7 +60,7 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
     InfeasibleBudget naming the smallest budget the search verified."""
     try:
         tiler = tiler_of(param, modelbin, graph, shapes, target)  # its tiled models serve every fit below
-        return _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream, tiler, 0)
+        return _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream, tiler, 0)[0]
     except planning.InfeasibleBudget as missed:
         log.info("no slicing fitted %s (%s): searching the smallest budget that fits", format_size(budget), missed)
         beside = missed.beside_arena
@@ -75,14 +75,15 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
 
 def _fit_confirming(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
                     target: Target, options: RuntimeOptions, scratch: Path, progress: bool,
-                    stream: StreamModel | None, tiler: spatial.Tiler, beside: int) -> SlicingResult:
-    """The fit loop (its reserve from `beside`, the bytes last measured beside the arena), then, when it
-    misses, the loop again at the smallest budget it reported, followed while a new slicing for it still
-    misses: raises InfeasibleBudget naming the last one found and what it measured beside the arena."""
+                    stream: StreamModel | None, tiler: spatial.Tiler, beside: int) -> tuple[SlicingResult, int]:
+    """The fit loop (its reserve from `beside`, bytes measured beside the arena) and what its slicing holds
+    beside the arena, or, when it misses, the loop again at the smallest budget it reported, followed
+    while a new slicing for it still misses: raises InfeasibleBudget naming the last one found and what
+    it measured beside the arena."""
     result, smallest, beside = _fit(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream,
                                     tiler, beside)
     if result is not None:
-        return result
+        return result, beside
     for _ in range(MAX_ATTEMPTS):
         if not smallest:
             break
@@ -100,8 +101,9 @@ def _fit_confirming(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
 def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int, target: Target,
          options: RuntimeOptions, scratch: Path, progress: bool, stream: StreamModel | None,
          tiler: spatial.Tiler, beside: int) -> tuple[SlicingResult | None, int, int]:
-    """(the fitting slicing, 0, beside), or (None, the smallest feasible budget any attempt's plan
-    reported, the bytes its last attempt measured beside the arena); the reserve starts at `beside`."""
+    """(the fitting slicing, 0, what it holds beside the arena), or (None, the smallest feasible budget
+    any attempt's plan reported, the bytes its last attempt measured beside the arena); the reserve
+    starts at `beside`."""
     input_shapes = {name: tuple(shapes[name].numpy()) for name in graph.inputs}
     meter = LayerMeter(options)
     reserve = beside
@@ -126,8 +128,8 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
             break  # the slicer cannot cut further
         sliced_param, sliced_bin, _ = write_sliced(result, scratch, f"attempt{attempt}")
         try:
-            prepare_model(sliced_param, sliced_bin, budget, input_shapes, options)
-            return result, 0, beside
+            prepared = prepare_model(sliced_param, sliced_bin, budget, input_shapes, options)
+            return result, 0, prepared.reserved_bytes + planning.ARENA_MARGIN
         except planning.InfeasibleBudget as e:
             if not e.min_feasible_budget:
                 raise
@@ -179,22 +181,25 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
     the slicer's own lower bound, below which no slicing fits, and a budget confirmed to fit (the one
     an infeasible fit names, followed while a new slicing for it still misses). Every probe slices,
     prepares and plans; the budget returned was fitted by one of them. Each probe's loop starts from
-    the bytes the one before measured beside the arena (`beside`: the caller's last measurement)."""
+    the least any loop measured beside the arena (`beside`: the caller's measurement, 0 if none): a
+    slicing tiled deeper for a smaller budget holds more beside it than one for a larger budget needs."""
     started = time.monotonic()
     probes: list[Probe] = []
     tiler = tiler or tiler_of(param, modelbin, graph, shapes, target)
-    measured = [beside]  # what the probes measured beside the arena, the last one last
+    measured = [beside] if beside else []  # what loops measured beside the arena
 
     def fit(budget: int) -> SlicingResult | None:
         try:
-            result = _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, False, stream,
-                                     tiler, measured[-1])
+            result, held = _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, False,
+                                           stream, tiler, min(measured, default=0))
         except planning.InfeasibleBudget as e:
             probes.append(Probe(budget, False))
-            measured.append(e.beside_arena or measured[-1])
+            if e.beside_arena:
+                measured.append(e.beside_arena)
             log.info("probe %d: %s does not fit (%s)", len(probes), format_size(budget), e)
             raise
         probes.append(Probe(budget, True))
+        measured.append(held)
         log.info("probe %d: %s fits", len(probes), format_size(budget))
         return result
 
