@@ -15,7 +15,10 @@ hide part of what is measured (the steady state could then exceed the first run'
 the arena, every page the plan lays out is touched, and what lies beside it is the same. `uncounted_rss_bytes` = max(0, peak RSS over idle − counted bytes); prepare
 stores it in the sidecar and every plan leaves room for it (Sidecar.reserved_bytes).
 
-JSON line: peak_rss_over_idle_bytes, counted_bytes, uncounted_rss_bytes.
+JSON line: peak_rss_over_idle_bytes, counted_bytes, uncounted_rss_bytes; with --by-mapping also
+resident_by_mapping_bytes: what each mapping holds after the run beyond what it held at idle
+(process_memory.resident_by_mapping: the runtime's code, the C heap, `[anon]` with the arena in it),
+to see what the uncounted bytes are made of.
 """
 
 from __future__ import annotations
@@ -26,13 +29,13 @@ import logging
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from . import native, planning
 from .cli import UserError, add_logging_args, run_main, setup_logging
-from .process_memory import release_free_heap, reset_peak_rss, status_bytes
+from .process_memory import release_free_heap, reset_peak_rss, resident_by_mapping, status_bytes
 from .session import Session
 
 log = logging.getLogger(__name__)
@@ -49,9 +52,10 @@ def _parse_input(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
-def measure_here(plan_path: Path, input_shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+def measure_here(plan_path: Path, input_shapes: dict[str, tuple[int, ...]], by_mapping: bool = False) -> dict[str, Any]:
     """Open a Session on `plan_path` in this process and run it once: peak RSS over idle, counted bytes
-    and their difference (see the module's docstring). Call it in a process that ran no model yet."""
+    and their difference (see the module's docstring), and with `by_mapping` what each mapping gained
+    (bytes, at least 16 KiB, largest first). Call it in a process that ran no model yet."""
     # made as the benchmark makes its inputs (bench/measure.py model_inputs), before the idle RSS
     rng = np.random.default_rng(0)
     inputs = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in input_shapes.items()}
@@ -59,13 +63,18 @@ def measure_here(plan_path: Path, input_shapes: dict[str, tuple[int, ...]]) -> d
     planning.load()
     release_free_heap()
     idle = status_bytes("VmRSS")
+    mappings = resident_by_mapping() if by_mapping else {}
     if not reset_peak_rss():
         log.warning("cannot reset the peak RSS: the measured overhead includes the interpreter's start-up peak")
     session = Session(plan_path, map_weights=False)
     session.run(inputs)
     peak = status_bytes("VmHWM") - idle
     counted = int(session.stats()["counted_bytes"])
-    return {"peak_rss_over_idle_bytes": peak, "counted_bytes": counted, "uncounted_rss_bytes": max(0, peak - counted)}
+    out: dict[str, Any] = {"peak_rss_over_idle_bytes": peak, "counted_bytes": counted, "uncounted_rss_bytes": max(0, peak - counted)}
+    if by_mapping:
+        gained = {name: size - mappings.get(name, 0) for name, size in resident_by_mapping().items()}
+        out["resident_by_mapping_bytes"] = dict(sorted(((n, b) for n, b in gained.items() if b >= 16 * 1024), key=lambda x: -x[1]))
+    return out
 
 
 def measure_in_child(plan_path: Path, input_shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
@@ -83,10 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("sidecar", type=Path, metavar="PLAN.json", help="a plan sidecar (never modified)")
     parser.add_argument("--input", action="append", type=_parse_input, required=True, metavar="NAME=D0,D1,...",
                         help="an input blob and its numpy shape (c,h,w), once per input")
+    parser.add_argument("--by-mapping", action="store_true",
+                        help="also report what each mapping (code, C heap, anonymous memory) gained over idle")
     add_logging_args(parser)
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
-    print(json.dumps(measure_here(args.sidecar, dict(args.input))), flush=True)
+    print(json.dumps(measure_here(args.sidecar, dict(args.input), args.by_mapping)), flush=True)
     return 0
 
 

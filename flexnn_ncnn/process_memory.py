@@ -1,4 +1,5 @@
-"""A process's resident memory as Linux reports it: /proc/PID/status lines and VmHWM's reset.
+"""A process's resident memory as Linux reports it: /proc/PID/status lines, VmHWM's reset and the
+resident bytes of each mapping (/proc/PID/smaps).
 
 Memory (b) of DESIGN.md §4 is the peak RSS of the inference process (VmHWM) minus its RSS before the
 model is loaded; resetting VmHWM to the current RSS (clear_refs 5) first makes the peak the model's.
@@ -37,3 +38,18 @@ def release_free_heap() -> None:
     trim = getattr(ctypes.CDLL(None), "malloc_trim", None)  # the process's own C library
     if trim is not None:
         trim(0)
+
+
+def resident_by_mapping() -> dict[str, int]:
+    """This process's resident bytes per mapping (/proc/self/smaps `Rss`), summed by what is mapped: a
+    file's name (`_native.cpython-311-x86_64-linux-gnu.so`), `[heap]` (the C heap), `[stack]`, or
+    `[anon]` for every anonymous mapping (the arena, Python's allocator, thread stacks)."""
+    totals: dict[str, int] = {}
+    name = "[anon]"
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header line
+            name = Path(fields[5]).name if len(fields) > 5 and fields[5].startswith("/") else (fields[5] if len(fields) > 5 else "[anon]")
+        elif fields and fields[0] == "Rss:":
+            totals[name] = totals.get(name, 0) + int(fields[1]) * 1024
+    return totals

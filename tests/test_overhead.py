@@ -74,6 +74,19 @@ def test_the_measuring_cli_refuses_a_malformed_input(prepared_at_min: tuple[Path
     assert_user_error(run_module("overhead", str(path), "--input", "data=3,x"), "--input 'data=3,x' is not NAME=D0,D1,...")
 
 
+def test_the_measuring_cli_says_which_mappings_the_uncounted_bytes_are_in(prepared_at_min: tuple[Path, sidecar.Sidecar]) -> None:
+    """--by-mapping: the arena is anonymous memory, and the runtime's code first runs inside the measurement."""
+    path, content = prepared_at_min
+    shape = ",".join(map(str, reversed(content.inputs["data"])))
+    proc = run_module("overhead", str(path), f"--input=data={shape}", "--by-mapping")
+    assert proc.returncode == 0, proc.stderr
+    measured = json.loads(proc.stdout.splitlines()[-1])
+    by_mapping = measured["resident_by_mapping_bytes"]
+    assert by_mapping["[anon]"] >= content.plan.arena_bytes
+    assert any(name.startswith("_native.") for name in by_mapping), by_mapping
+    assert list(by_mapping.values()) == sorted(by_mapping.values(), reverse=True)
+
+
 # a large input and almost nothing else: global average pooling of 3 x 720 x 720 floats (6.2 MB)
 LARGE_INPUT = """7767517
 2 2
