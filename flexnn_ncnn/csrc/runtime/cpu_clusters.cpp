@@ -1,10 +1,12 @@
 #include "runtime/cpu_clusters.h"
 
+#include "runtime/text_file.h"
+
 #include <dirent.h>
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
+#include <cstdlib>
 #include <map>
 
 namespace flexnn {
@@ -43,11 +45,12 @@ Status cpu_clusters(const std::string& sysfs_cpu_root, std::vector<std::vector<i
     for (int cpu : cpus)
     {
         const std::string path = sysfs_cpu_root + "/cpu" + std::to_string(cpu) + "/cpufreq/cpuinfo_max_freq";
-        std::ifstream file(path);
-        if (!file)
+        std::string text;
+        if (!read_text_file(path, text).ok())
             return Status(); // one unreadable core: the clusters cannot be told apart
-        unsigned long long khz = 0;
-        if (!(file >> khz))
+        char* end = nullptr;
+        const unsigned long long khz = strtoull(text.c_str(), &end, 10);
+        if (end == text.c_str())
             return Status::error(path + " does not hold a frequency");
         by_frequency[khz].push_back(cpu);
     }

@@ -1,12 +1,11 @@
 #include "runtime/model.h"
 
 #include "runtime/heap_policy.h"
+#include "runtime/text_file.h"
 
 #include <datareader.h>
 #include <layer_type.h>
 
-#include <fstream>
-#include <sstream>
 
 namespace flexnn {
 
@@ -17,12 +16,10 @@ namespace {
 // parsing it once here.
 Status read_layer_params(const std::string& path, int layer_count, std::vector<std::string>& params)
 {
-    std::ifstream file(path, std::ios::binary);
-    std::stringstream contents;
-    contents << file.rdbuf();
-    if (!file)
-        return Status::error("cannot read " + path);
-    const std::string text = contents.str();
+    std::string text;
+    Status read = read_text_file(path, text);
+    if (!read.ok())
+        return read;
     const unsigned char* mem = reinterpret_cast<const unsigned char*>(text.c_str());
     ncnn::DataReaderFromMemory dr(mem);
     int magic = 0, layers = 0, blobs = 0;

@@ -1,6 +1,7 @@
 #include "runtime/npy.h"
 
 #include "runtime/tensor.h"
+#include "runtime/text_file.h"
 
 #include <cstdio>
 #include <cstring>
@@ -10,15 +11,6 @@
 namespace flexnn {
 
 namespace {
-
-struct FileCloser
-{
-    void operator()(FILE* f) const
-    {
-        fclose(f);
-    }
-};
-using File = std::unique_ptr<FILE, FileCloser>;
 
 const char kMagic[] = "\x93NUMPY";
 

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
-#include <sstream>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -186,10 +185,12 @@ std::string TransformKey::text() const
 Status TransformKey::parse(const std::string& text, TransformKey& key)
 {
     key.fields.clear();
-    std::istringstream in(text);
-    std::string line;
-    while (std::getline(in, line))
+    for (size_t start = 0, end = 0; start < text.size(); start = end + 1)
     {
+        end = text.find('\n', start);
+        if (end == std::string::npos)
+            end = text.size();
+        const std::string line = text.substr(start, end - start);
         const size_t eq = line.find('=');
         if (eq == std::string::npos)
             return Status::error("malformed key line '" + line + "'");
