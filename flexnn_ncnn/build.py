@@ -52,6 +52,9 @@ SANITIZER_LAYERS = ("input", "convolution", "split", "binaryop", "relu", "poolin
 SANITIZER_NCNN_ARGS = ["-DNCNN_SIMPLEOMP=ON", "-DNCNN_RUNTIME_CPU=OFF", "-DNCNN_AVX=OFF", "-DNCNN_AVX2=OFF",
                        "-DNCNN_AVX512=OFF", "-DNCNN_FMA=OFF", "-DNCNN_F16C=OFF", "-DNCNN_XOP=OFF"]
 
+# The functions models run, measured on a target's build (code_trace.py), laid out first in its NCNN.
+HOT_LISTS = {"host": Path(__file__).parent / "hot_code" / "x86.txt"}
+
 # What none of the targets needs from NCNN's tree (the sdist has no tools/, benchmark/ or tests/).
 NCNN_COMMON_ARGS = [
     "-DCMAKE_BUILD_TYPE=Release",
@@ -109,8 +112,10 @@ class Step:
     build_dir: Path
     args: list[str]
     ninja_targets: list[str]
-    # a static library the step installs, re-archived by instruction set once built (archive_layout.py)
-    regroup: Path | None = None
+    # (as built, as installed): a static library the step installs, laid out once built
+    # (archive_layout.py): grouped by instruction set, and with a hot list the functions it names first
+    layout: tuple[Path, Path] | None = None
+    hot_list: Path | None = None
 
     def configure_command(self) -> list[str]:
         return ["cmake", "-G", "Ninja", "-S", str(self.source), "-B", str(self.build_dir), *self.args]
@@ -141,10 +146,13 @@ def plan_steps(target: Target, build_root: Path, series_id: str, ncnn_version: s
                              *sanitizer_layer_args(source)]
         variant_native_args = [f"-DCMAKE_CXX_FLAGS={flags}", f"-DCMAKE_EXE_LINKER_FLAGS=-fsanitize={SANITIZERS[target.sanitizer]}"]
         native_targets = ["runtime_stress", "fault_injection"]
+    hot_list = HOT_LISTS.get(target.name) if not target.sanitizer else None
+    if hot_list is not None:  # every function a section of its own, so the hot ones can be moved
+        variant_ncnn_args = ["-DCMAKE_C_FLAGS=-ffunction-sections", "-DCMAKE_CXX_FLAGS=-ffunction-sections"]
     ncnn = Step(f"NCNN ({target.build_name})", source, root / "ncnn",
                 [*NCNN_COMMON_ARGS, f"-DNCNN_VERSION={ncnn_version}", f"-DCMAKE_INSTALL_PREFIX={install}",
                  *target.toolchain_args, *variant_ncnn_args],
-                ["install"], install / "lib" / "libncnn.a")
+                ["install"], (root / "ncnn" / "src" / "libncnn.a", install / "lib" / "libncnn.a"), hot_list)
     native_args = [
         "-DCMAKE_BUILD_TYPE=Release", f"-Dncnn_DIR={install / 'lib' / 'cmake' / 'ncnn'}",
         f"-DFLEXNN_PATCH_SERIES_ID={series_id}", f"-DFLEXNN_NCNN_VERSION={ncnn_version}",
@@ -214,8 +222,12 @@ def run_step(step: Step) -> None:
         _run_logged([*configure, "--fresh"], log_path, f"configure {step.title}")
         stamp_path.write_text(stamp)
     _run_logged(step.build_command(), log_path, f"build {step.title}")
-    if step.regroup is not None and archive_layout.group_by_isa(step.regroup, _cache_value(step.build_dir, "CMAKE_AR")):
-        print(f"==> {step.regroup}: objects grouped by instruction set", flush=True)
+    if step.layout is not None:
+        hot = archive_layout.read_hot_list(step.hot_list) if step.hot_list else []
+        built, installed = step.layout
+        if archive_layout.lay_out(built, installed, _cache_value(step.build_dir, "CMAKE_AR"),
+                                  _cache_value(step.build_dir, "CMAKE_OBJCOPY"), hot):
+            print(f"==> {installed}: objects grouped by instruction set, {len(hot)} hot functions first", flush=True)
 
 
 def _cache_value(build_dir: Path, key: str) -> str:

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from flexnn_ncnn import fetch
-from flexnn_ncnn.archive_layout import grouped, isa_group
+from flexnn_ncnn.archive_layout import generic, grouped, hot_renames, isa_group, original_name, specific
 from helpers import REPO_ROOT, assert_user_error, built, run_module
 
 ANDROID_SCRIPT = REPO_ROOT / "scripts" / "build_android.sh"
@@ -119,3 +119,30 @@ def test_the_built_library_holds_each_instruction_sets_variants_together() -> No
                              check=True).stdout.split()
     groups = [isa_group(m) for m in members]
     assert len(set(groups)) > 3 and groups[0] == "" and groups == sorted(groups)
+
+
+FORWARD_AVX512 = ".text._ZNK4ncnn22Convolution_x86_avx5127forwardERKNS_3MatERS1_RKNS_6OptionE"
+
+
+def test_a_hot_function_of_one_variant_names_the_same_function_of_every_variant() -> None:
+    entry = generic("convolution_x86_avx512.cpp.o", FORWARD_AVX512)
+    assert entry == ("convolution_x86{isa}.cpp.o", ".text._ZNK4ncnn{Convolution_x86}7forwardERKNS_3MatERS1_RKNS_6OptionE")
+    assert specific(entry, "convolution_x86_avx512.cpp.o") == FORWARD_AVX512
+    assert specific(entry, "convolution_x86_fma.cpp.o") == ".text._ZNK4ncnn19Convolution_x86_fma7forwardERKNS_3MatERS1_RKNS_6OptionE"
+    assert specific(entry, "convolution_x86.cpp.o") == ".text._ZNK4ncnn15Convolution_x867forwardERKNS_3MatERS1_RKNS_6OptionE"
+    assert specific(entry, "deconvolution_x86_fma.cpp.o") is None
+    # a static function's name carries no extension; a portable object's entry is itself
+    assert generic("pooling_x86_avx512.cpp.o", ".text._ZN4ncnnL8pooling2E") == ("pooling_x86{isa}.cpp.o", ".text._ZN4ncnnL8pooling2E")
+    assert generic("net.cpp.o", ".text._ZN4ncnn3Net7forwardEv") == ("net.cpp.o", ".text._ZN4ncnn3Net7forwardEv")
+
+
+def test_hot_functions_are_ranked_within_their_instruction_sets_group() -> None:
+    members = ["net.cpp.o", "convolution_x86.cpp.o", "convolution_x86_avx512.cpp.o", "convolution_x86_fma.cpp.o"]
+    hot = [generic("convolution_x86_avx512.cpp.o", FORWARD_AVX512), ("net.cpp.o", ".text._ZN4ncnn3Net7forwardEv")]
+    renames = hot_renames(members, hot)
+    assert renames["net.cpp.o"] == {".text._ZN4ncnn3Net7forwardEv": ".text.sorted.00.00001._ZN4ncnn3Net7forwardEv"}
+    assert renames["convolution_x86_avx512.cpp.o"] == {FORWARD_AVX512: ".text.sorted.02.00000." + FORWARD_AVX512[6:]}
+    assert [n[:22] for n in renames["convolution_x86_fma.cpp.o"].values()] == [".text.sorted.03.00000."]
+    assert [n[:22] for n in renames["convolution_x86.cpp.o"].values()] == [".text.sorted.01.00000."]
+    # a trace of a laid-out build names the functions as the compiler did
+    assert original_name(renames["net.cpp.o"][".text._ZN4ncnn3Net7forwardEv"]) == ".text._ZN4ncnn3Net7forwardEv"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Measures the hot list the host build lays out first (flexnn_ncnn/hot_code/x86.txt; docs/RUNTIME.md,
+# "Where the code lies"): NCNN's benchmark structures (random weights) and two zoo models are sliced
+# and prepared in WORK (default build/hot-code), each plan's code is traced, the build lays the list
+# out, and the trace runs again on that build until the list settles (three rounds). Needs the test
+# extras (torch, pnnx) and ../shared/models/ncnn-benchmark. Run it again after a change of NCNN's pin.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+WORK=${1:-build/hot-code}
+STRUCTURES="mobilenet_ssd squeezenet_int8 yolo-fastestv2 shufflenet_v2 efficientnet_b0 blazeface googlenet resnet18
+            mobilenet_ssd_int8 mobilenet_v2 alexnet resnet50 squeezenet_ssd"
+# name and budget: each model at 16 MB (or its smallest budget where 16 MB does not fit), ResNet-152 at
+# its smallest (a spatially tiled stem), VGG-19 at 16 MB (tiled too)
+PLANS="$(for s in $STRUCTURES; do echo "bench:$s 16MB"; done; printf 'mobilenetv2 16MB\nsqueezenet 16MB\nresnet152 min\nvgg19 16MB\n')"
+
+"$PYTHON" -m flexnn_ncnn.build --target host
+mkdir -p "$WORK/models"
+while read -r name budget; do
+    stem=${name/:/-}
+    [ -f "$WORK/models/$stem.json" ] || "$PYTHON" -m flexnn_ncnn.models "$name" -o "$WORK/models"
+    [ -f "$WORK/$stem/$stem.flexnn.plan.json" ] && continue
+    shape=$("$PYTHON" -c 'import json, sys; print(",".join(map(str, [1, *json.load(open(sys.argv[1]))["inputs"][0]["shape"]])))' \
+            "$WORK/models/$stem.json")
+    args=("$WORK/models/$stem.param" --bin "$WORK/models/$stem.bin" --input-shape "$shape" --threads 2 -o "$WORK/$stem")
+    "$PYTHON" -m flexnn_ncnn.slice "${args[@]}" --budget "$budget" || "$PYTHON" -m flexnn_ncnn.slice "${args[@]}" --budget min
+done <<< "$PLANS"
+for round in 1 2 3; do
+    "$PYTHON" -m flexnn_ncnn.code_trace "$WORK"/*/*.flexnn.plan.json -o flexnn_ncnn/hot_code/x86.txt
+    "$PYTHON" -m flexnn_ncnn.build --target host
+done
