@@ -56,17 +56,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError("--loops must be at least 1")
     budget = parse_size(args.budget) if args.budget else None
 
+    # the inputs are read before the session, so its peak RSS over idle is the model's alone (as the
+    # benchmark and prepare's measurement make their inputs first)
+    arrays = []
+    for spec in args.input:
+        name, _, file = str(spec).rpartition("=")
+        arrays.append((name, _read_array(Path(file))))
+
     from .session import Session
     session = Session(args.plan, budget=budget, loader=args.loader, direct_io=args.direct_io,
                       map_weights=None if args.weights is None else args.weights == "mapped")
     inputs = {}
-    for i, spec in enumerate(args.input):
-        name, _, file = str(spec).rpartition("=")
+    for name, array in arrays:
         if not name:
-            if len(args.input) != 1 or len(session.inputs) != 1:
+            if len(arrays) != 1 or len(session.inputs) != 1:
                 raise UserError(f"the model has inputs {', '.join(session.inputs)}: pass each as --input NAME=FILE")
             name = session.inputs[0]
-        inputs[name] = _read_array(Path(file))
+        inputs[name] = array
     outputs = {}
     for _ in range(args.loops):
         outputs = session.run(inputs)
