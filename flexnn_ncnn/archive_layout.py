@@ -10,7 +10,7 @@ functions a process runs lie decides its resident code, which counts in the memo
   archives them layer by layer. Re-archived with the portable objects first, then every instruction
   set's variants together, the variants one CPU runs lie between each other only.
 - NCNN is compiled with -ffunction-sections (build.py), so every function is a section of its own.
-  A hot function's section is renamed `.text.sorted.<group>.<rank>`: the linkers' default scripts
+  A hot function's section is renamed `.text.sorted.<group>.<rank>.<name>`: the linkers' default scripts
   place those first in `.text`, sorted by name, so the hot functions of one instruction set lie
   together, most used first, whatever object they come from.
 
@@ -89,10 +89,7 @@ def specific(entry: HotEntry, member: str) -> str | None:
     """The section of `member` that `entry` (generic()) names, or None when it names another object."""
     entry_member, section = entry
     suffix = _isa_suffix(member)
-    if ISA in entry_member:
-        if entry_member.replace(ISA, suffix) != member:
-            return None
-    elif entry_member != member:
+    if entry_member.replace(ISA, suffix) != member:
         return None
     return _PLACEHOLDER.sub(lambda m: f"{len(m.group(1)) + len(suffix)}{m.group(1)}{suffix}", section)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import subprocess
 import sys
 from typing import Callable, Sequence
 
@@ -29,6 +30,12 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+
+
+def child_error(proc: "subprocess.CompletedProcess[str]") -> str:
+    """The one line a verb run as a child printed for its error (run_main), or its exit code."""
+    last = next((l for l in reversed(proc.stderr.splitlines()) if l.strip()), f"exit code {proc.returncode}")
+    return last.removeprefix("error: ")
 
 
 def add_logging_args(parser: argparse.ArgumentParser) -> None:

@@ -8,8 +8,10 @@ not at the kernel's 64 KB fault-around. The module's link map (build/host/native
 the functions on those pages. The functions more plans ran come first; among as many, those the same
 plans ran lie together.
 
-Trace a build made with the current list or without one: either way every function is its own
-section, so the answer does not depend on the layout it was measured in.
+Trace a build made with the current list or without one: the list names functions as the compiler
+did (archive_layout.original_name). A traced page also names the functions that share it, so a trace
+of the laid-out build, where those are mostly hot ones, gives a shorter list (scripts/trace_hot_code.sh
+traces three times).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from tqdm import tqdm
 
 from . import archive_layout, link_map, native
 from .build import BUILD_ROOT
-from .cli import UserError, add_logging_args, run_main, setup_logging
+from .files import atomic_write
+from .cli import UserError, add_logging_args, child_error, run_main, setup_logging
 
 PAGE = 4096
 HOST_NATIVE = BUILD_ROOT / "host" / "native"
@@ -76,8 +79,7 @@ def trace_in_child(plan_path: Path, tracer: Path) -> list[int]:
     proc = subprocess.run([sys.executable, "-m", __spec__.name, "--child", "--tracer", str(tracer), str(plan_path)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
-        last = next((l for l in reversed(proc.stderr.splitlines()) if l.strip()), f"exit code {proc.returncode}")
-        raise UserError(f"tracing {plan_path}: {last.removeprefix('error: ')}")
+        raise UserError(f"tracing {plan_path}: {child_error(proc)}")
     return json.loads(proc.stdout)
 
 
@@ -129,9 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = [f"# {len(entries)} functions ({size:,} B here) that {len(runs)} plans ran, most used first;",
              "# written by python -m flexnn_ncnn.code_trace, laid out first by the build (archive_layout.py)",
              *(f"{member}\t{section}" for member, section in entries)]
-    tmp = args.output.with_name(args.output.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(args.output)
+    atomic_write(args.output, lambda f: f.write(("\n".join(lines) + "\n").encode()))
     print(f"{args.output}: {len(entries)} functions, {size:,} B of code in this build")
     return 0
 

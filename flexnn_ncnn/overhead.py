@@ -34,7 +34,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import native, planning
-from .cli import UserError, add_logging_args, run_main, setup_logging
+from .cli import UserError, add_logging_args, child_error, run_main, setup_logging
 from .process_memory import release_free_heap, reset_peak_rss, resident_by_mapping, status_bytes
 from .session import Session
 
@@ -82,8 +82,7 @@ def measure_in_child(plan_path: Path, input_shapes: dict[str, tuple[int, ...]]) 
     args = [f"--input={name}={','.join(map(str, shape))}" for name, shape in input_shapes.items()]
     proc = subprocess.run([sys.executable, "-m", "flexnn_ncnn.overhead", str(plan_path), *args], capture_output=True, text=True)
     if proc.returncode != 0:
-        last = next((l for l in reversed(proc.stderr.splitlines()) if l.strip()), f"exit code {proc.returncode}")
-        raise UserError(f"measuring the runtime's uncounted memory on {plan_path}: {last.removeprefix('error: ')}")
+        raise UserError(f"measuring the runtime's uncounted memory on {plan_path}: {child_error(proc)}")
     return json.loads(proc.stdout.splitlines()[-1])
 
 

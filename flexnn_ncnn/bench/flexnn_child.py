@@ -49,7 +49,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import planning, sidecar
-from ..cli import UserError, run_main, setup_logging
+from ..cli import UserError, child_error, run_main, setup_logging
 from . import swapnet
 from .configs import BUDGETED, MAY_BE_INFEASIBLE, MIN, RUNTIME_MODES, SEARCHED, UNSLICED
 from .floor import activation_floor
@@ -78,8 +78,7 @@ def _run_cli(verb: str, *args: str) -> tuple[float, subprocess.CompletedProcess[
 
 def _cli_error(verb: str, proc: subprocess.CompletedProcess[str]) -> str:
     """The CLI's one-line error (cli.run_main), or its exit code."""
-    last = next((l for l in reversed(proc.stderr.splitlines()) if l.strip()), f"{verb} exited with code {proc.returncode}")
-    return last.removeprefix("error: ")
+    return child_error(proc) if proc.stderr.strip() else f"{verb} exited with code {proc.returncode}"
 
 
 def prepare_for(description: dict[str, Any], mode: str, budget: int | str | None, threads: int, fp16: bool,

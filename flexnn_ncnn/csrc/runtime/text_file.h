@@ -10,7 +10,7 @@
 namespace flexnn {
 
 // Files through C stdio, not iostreams: constructing a stream builds the C++ locale (every facet of
-// the classic one), some 200 KB of libstdc++'s code made resident in a process that never needs it,
+// the classic one): 0.33 MB of libstdc++'s code made resident in a process that never needs it,
 // counted in the memory beside the arena (docs/RUNTIME.md).
 
 struct FileCloser
