@@ -14,6 +14,11 @@ formulas follow NCNN's x86/ARM convolution paths (paper §3.2):
   column buffer of k·k·Cout rows of input pixels, then scatters it (col2im) into the output, bordered
   when it is padded or cropped; slicing by output channels cuts the weights, the column buffer and the
   bordered output alike.
+- Grouped ConvolutionDepthWise (1 < group, not depthwise): NCNN runs one Convolution per group and
+  holds every group's (transformed) weights at once. The slicer may run the groups as Convolutions of
+  their own, one after another (Split → per group a Crop of its input channels → Convolution →
+  Concat), each cut like any Convolution: one group's weights at a time, beside the cropped channels
+  and the group outputs the Concat waits for.
 
 Weights slicing to `width` output channels/rows leaves one slice resident, and adds one output-sized
 buffer: the partial outputs are all alive when Concat writes the merged one.
@@ -29,10 +34,11 @@ import math
 from dataclasses import dataclass, replace
 
 from .ncnn_model import BlobShape, Graph, Layer, weight_specs
-from .ncnn_model.param import ParamDict
+from .ncnn_model.param import SHAPE_HINT_ID, ParamDict
 from .ncnn_model.schema import is_int8
 
 CONV_KERNELS = ("winograd63", "winograd43", "im2col_gemm", "direct")
+GROUPED = "grouped"  # a grouped convolution run as NCNN runs it, every group in one layer
 
 
 def _mat_bytes(c: int, plane: int) -> int:
@@ -250,7 +256,44 @@ class DeconvModel:
         return self.rows * (self.k + self.bias) * 4
 
 
-CostModel = ConvModel | MatrixModel | Int8Model | DeconvModel | FixedModel
+@dataclass(frozen=True)
+class GroupedConvModel:
+    """A grouped ConvolutionDepthWise: "grouped" is NCNN's own run (every group's weights held), the
+    other kernels run `groups` Convolutions of `group`'s shape, each cut by output channels within its
+    group (`rows`) and im2col tiles."""
+
+    group: ConvModel
+    groups: int
+    in_bytes: int   # the layer's whole input
+    out_bytes: int  # the layer's whole output
+
+    @property
+    def rows(self) -> int:
+        return self.group.cout
+
+    @property
+    def kernels(self) -> tuple[str, ...]:
+        return (GROUPED,) + self.group.kernels
+
+    def cost(self, kernel: str, width: int, tiles: int = 1) -> Cost:
+        if kernel == GROUPED:
+            one = self.group.cost(self.group.kernels[0], self.group.cout)
+            return Cost(one.weights * self.groups, one.intermediates)
+        return self.ungrouped(self.group.cost(kernel, width, tiles))
+
+    def ungrouped(self, group_cost: Cost) -> Cost:
+        """What one group's Convolution run apart holds (`group_cost`), with its Crop's copy of the group's
+        input channels and every group's output, alive until the Concat."""
+        return Cost(group_cost.weights, group_cost.intermediates + self.in_bytes // self.groups + self.out_bytes)
+
+    def max_tiles(self, kernel: str, min_tile_pixels: int) -> int:
+        return 1 if kernel == GROUPED else self.group.max_tiles(kernel, min_tile_pixels)
+
+    def streamed_bytes(self, kernel: str) -> int:
+        return self.groups * self.group.streamed_bytes(self.group.kernels[0] if kernel == GROUPED else kernel)
+
+
+CostModel = ConvModel | MatrixModel | Int8Model | DeconvModel | GroupedConvModel | FixedModel
 
 
 @dataclass(frozen=True)
@@ -286,6 +329,33 @@ def _conv_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> Conv
         pads = (*same_pads(pad_w, pl == -234), *same_pads(pad_h, pl == -234))
     return ConvModel(in_shape.c, p.get_int(0, 0), kh, kw, (sh, sw), (dh, dw), (in_shape.h, in_shape.w), pads,
                      (out_shape.h, out_shape.w), bool(p.get_int(5, 0)), out_shape.nbytes, bands_border)
+
+
+def group_convolution(layer: Layer) -> Layer:
+    """The Convolution one group of a grouped ConvolutionDepthWise runs as (NCNN's own per-group op): the
+    group's share of the outputs and weights, the same kernel, padding, bias and activation."""
+    p = layer.params.copy()
+    groups = p.get_int(7, 1)
+    p.set(0, p.get_int(0, 0) // groups)
+    p.set(6, p.get_int(6, 0) // groups)
+    p.remove(7)
+    p.remove(SHAPE_HINT_ID)
+    return Layer("Convolution", layer.name, layer.bottoms, layer.tops, p)
+
+
+def grouped_input(in_shape: BlobShape, groups: int) -> BlobShape:
+    """One group's input channels."""
+    return replace(in_shape, c=in_shape.c // groups)
+
+
+def _grouped_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> GroupedConvModel | None:
+    if layer.type != "ConvolutionDepthWise":
+        return None
+    groups, cout = layer.params.get_int(7, 1), layer.params.get_int(0, 0)
+    if groups <= 1 or in_shape.dims != 3 or in_shape.c % groups or cout % groups or (groups == in_shape.c and groups == cout):
+        return None  # depthwise (NCNN's own kernel, per-channel weights) or not a grouped 2-D conv
+    group = _conv_model(group_convolution(layer), grouped_input(in_shape, groups), replace(out_shape, c=cout // groups))
+    return None if group is None else GroupedConvModel(group, groups, in_shape.nbytes, out_shape.nbytes)
 
 
 def _matrix_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> MatrixModel | None:
@@ -415,7 +485,8 @@ def analyze_layer(index: int, layer: Layer, live_bytes: int, in_shape: BlobShape
     """The cost model of `layer` reading `in_shape` and writing `out_shape`, beside `live_bytes` of activations."""
     model: CostModel | None = None
     if in_shape is not None and out_shape is not None:
-        model = (_conv_model(layer, in_shape, out_shape) or _matrix_model(layer, in_shape, out_shape)
+        model = (_conv_model(layer, in_shape, out_shape) or _grouped_model(layer, in_shape, out_shape)
+                 or _matrix_model(layer, in_shape, out_shape)
                  or _int8_model(layer, in_shape, out_shape) or _deconv_model(layer, in_shape, out_shape))
     if model is None:
         model = _fixed_model(layer, in_shape)

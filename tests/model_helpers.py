@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from flexnn_ncnn.models import BENCH_PREFIX, DEFAULT_BENCHMARK_DIR, STRUCT_PREFIX, file_stem
-from flexnn_ncnn.ncnn_model import NcnnParam, read_param, weight_specs
+from flexnn_ncnn.ncnn_model import BlobShape, Graph, ModelBin, NcnnParam, infer_shapes, parse_input_shape, read_param, weight_specs
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.ncnn_model.structures import STRUCTURES
 
@@ -95,6 +95,19 @@ def write_model(name: str, folder: Path, seed: int, storage: str = "fp32") -> Mo
     with open(bin_, "wb") as f:
         random_modelbin(read_param(param), seed, storage).write(f)
     return ModelFiles(name, param, bin_, input_shape(name))
+
+
+def written_text_model(text: str, shape: tuple[int, ...], seed: int, folder: Path
+                       ) -> tuple[NcnnParam, ModelBin, Graph, dict[str, BlobShape]]:
+    """A .param text with seeded fp32 weights, written to FOLDER/a.param and a.bin, and its graph and
+    blob shapes for `shape` at its one input."""
+    param = NcnnParam.parse(text)
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {graph.inputs[0]: parse_input_shape(",".join(map(str, shape)))})
+    modelbin = random_modelbin(param, seed=seed, storage="fp32")
+    (folder / "a.param").write_text(param.format())
+    (folder / "a.bin").write_bytes(modelbin.to_bytes())
+    return param, modelbin, graph, shapes
 
 
 def zoo_specs() -> dict[str, tuple]:

@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from model_helpers import random_input, relative_error
+from model_helpers import random_input, relative_error, written_text_model
 from flexnn_ncnn.analysis import DeconvModel, analyze
-from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_shape
-from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.prepare import RuntimeOptions
 from flexnn_ncnn.slicing import Target, slice_model, spatial
@@ -34,13 +32,7 @@ TOLERANCE = 1e-4
 
 
 def _model(tmp_path: Path):
-    param = NcnnParam.parse(UPSAMPLE)
-    graph = Graph.build(param)
-    shapes = infer_shapes(param, graph, {"x": parse_input_shape("1,32,24,24")})
-    modelbin = random_modelbin(param, seed=4, storage="fp32")
-    (tmp_path / "a.param").write_text(param.format())
-    (tmp_path / "a.bin").write_bytes(modelbin.to_bytes())
-    return param, modelbin, graph, shapes
+    return written_text_model(UPSAMPLE, (1, 32, 24, 24), 4, tmp_path)
 
 
 def test_deconvolutions_are_costed_by_output_channel(tmp_path: Path) -> None:

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import measured, native
-from ..analysis import Cost, FixedModel, LayerAnalysis
+from ..analysis import (GROUPED, Cost, CostModel, FixedModel, GroupedConvModel, LayerAnalysis, group_convolution,
+                        grouped_input)
 from ..cli import UserError
 from ..ncnn_model import BlobShape, Layer, NcnnParam
 from ..ncnn_model.param import ParamDict
@@ -57,10 +58,20 @@ class LayerMeter:
     def cost(self, a: LayerAnalysis, kernel: str, width: int, tiles: int) -> Cost:
         m = a.model
         assert not isinstance(m, FixedModel), "only the slicer's layers are measured"
-        layer = a.layer
-        params = sub_layer_params(layer, width, m.rows) if width < m.rows else layer.params.copy()
         assert a.in_shape is not None, "a sliced layer has an input"
-        held = self.held(with_kernel(Layer(layer.type, "measured", ["in"], ["out"], params), kernel, tiles), a.in_shape)
+        if isinstance(m, GroupedConvModel):
+            if kernel == GROUPED:
+                return self.held(a.layer, a.in_shape)
+            # one group's Convolution, as the rewrite runs it
+            return m.ungrouped(self._sliced(group_convolution(a.layer), m.group, grouped_input(a.in_shape, m.groups),
+                                            kernel, width, tiles))
+        return self._sliced(a.layer, m, a.in_shape, kernel, width, tiles)
+
+    def _sliced(self, layer: Layer, m: CostModel, shape: BlobShape, kernel: str, width: int, tiles: int) -> Cost:
+        """`layer` (its model `m`) with `width` of its rows, as the rewrite emits it: with a weights-sliced
+        layer's Concat output, as analysis.py counts it."""
+        params = sub_layer_params(layer, width, m.rows) if width < m.rows else layer.params.copy()
+        held = self.held(with_kernel(Layer(layer.type, "measured", ["in"], ["out"], params), kernel, tiles), shape)
         concat = m.out_bytes if width < m.rows else 0
         return Cost(held.weights, held.intermediates + concat)
 

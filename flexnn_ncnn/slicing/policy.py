@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
-from ..analysis import ConvModel, Cost, FixedModel, LayerAnalysis
+from ..analysis import GROUPED, ConvModel, Cost, FixedModel, LayerAnalysis
 from .streaming import StreamModel
 from .target import Target
 
@@ -35,7 +35,7 @@ Measure = Callable[[LayerAnalysis, str, int, int], Cost]
 
 # how each kernel cuts its layer: by output channels/rows, by im2col tiles, or not at all
 SLICING_OF = {"winograd63": "weights", "winograd43": "weights", "im2col_gemm": "input", "direct": "weights",
-              "gemm": "weights", "int8": "weights", "deconv": "weights"}
+              "gemm": "weights", "int8": "weights", "deconv": "weights", GROUPED: "none"}
 
 
 @dataclass(frozen=True)
@@ -149,9 +149,8 @@ def decide_streamed(a: LayerAnalysis, d: LayerDecision, target: Target, stream: 
     """`d`, or im2col+GEMM (its first option within d.limit) when, with `share` of the weights streamed,
     its estimated compute + loading is less than d's Winograd kernel's; the reason gives both estimates."""
     m = a.model
-    if share <= 0 or not d.kernel.startswith("winograd"):
-        return d
-    assert isinstance(m, ConvModel)
+    if share <= 0 or not d.kernel.startswith("winograd") or not isinstance(m, ConvModel):
+        return d  # a grouped convolution's groups keep their kernel
     gate = _Gate(a, d.limit, measure)
     fitting = ((o, gate.fits(*o)) for o in _streamed_im2col_options(m, target))
     option, cost = next(((o, c) for o, c in fitting if c is not None), (None, None))

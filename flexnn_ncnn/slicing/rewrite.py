@@ -1,4 +1,5 @@
-"""Apply slicing decisions to a model: weights slicing becomes Split → N sub-layers → Concat.
+"""Apply slicing decisions to a model: weights slicing becomes Split → N sub-layers → Concat, and a
+grouped convolution run apart becomes Split → per group Crop → Convolution → Concat.
 
 The sliced model is an ordinary NCNN model (stock NCNN runs it unchanged). Each sub-layer carries
 one contiguous range of output channels/rows with its weights in the storage they had (fp16 stays
@@ -16,6 +17,7 @@ import numpy as np
 
 from ..ncnn_model import BlobShape, Layer, LayerWeights, ModelBin, NcnnParam, WeightRecord, WeightSpec
 from ..ncnn_model.param import SHAPE_HINT_ID, ParamDict
+from ..analysis import GROUPED, group_convolution
 from .policy import LayerDecision
 
 KERNEL_PARAM_ID = 26
@@ -87,30 +89,75 @@ def apply(param: NcnnParam, modelbin: ModelBin, decisions: dict[str, LayerDecisi
     for layer in param:
         d = decisions.get(layer.name)
         lw = modelbin.get(layer.name)
-        if d is None or d.slices == 1:
-            layers.append(layer if d is None else with_kernel(layer, d.kernel, d.tiles))
+        if d is not None and layer.type == "ConvolutionDepthWise" and d.kernel != GROUPED:
+            names = _emit_groups(layer, lw, d, shapes, layers, weights)
+        elif d is not None:
+            names = _emit(layer, lw, d, shapes, layers, weights)
+        else:
+            layers.append(layer)
             if lw is not None:
                 weights.append(lw)
-            if d is not None:
-                done[layer.name] = replace(d, sublayers=(layer.name,))
             continue
-        assert lw is not None and len(layer.bottoms) == 1 and len(layer.tops) == 1
-        top, n = layer.tops[0], d.slices
-        ins = [f"{layer.name}.flexnn_in{i}" for i in range(n)]
-        outs = [f"{layer.name}.flexnn_out{i}" for i in range(n)]
-        names = [f"{layer.name}.flexnn{i}" for i in range(n)]
-        layers.append(Layer("Split", f"{layer.name}.flexnn_split", [layer.bottoms[0]], ins))
-        for i in range(n):
-            lo, hi = i * d.slice_width, min((i + 1) * d.slice_width, d.rows)
-            p, records = _sub_layer(layer, lw, lo, hi, d.rows)
-            layers.append(with_kernel(Layer(layer.type, names[i], [ins[i]], [outs[i]], p), d.kernel, d.tiles))
-            weights.append(LayerWeights(names[i], 0, records))
-        # channels (axis 0) of a conv's c,h,w output; the last axis (w) of a matrix layer's output
-        axis = 0 if layer.type in ("Convolution", "Deconvolution") else shapes[top].dims - 1
-        concat = ParamDict()
-        concat.set(0, axis)
-        if SHAPE_HINT_ID in layer.params:
-            concat.set(SHAPE_HINT_ID, layer.params.get_array(SHAPE_HINT_ID))
-        layers.append(Layer("Concat", f"{layer.name}.flexnn_concat", outs, [top], concat))
-        done[layer.name] = replace(d, sublayers=tuple(names))
+        done[layer.name] = replace(d, sublayers=names)
     return NcnnParam(layers), ModelBin(ModelBin(weights).layout()), done
+
+
+def _concat(name: str, bottoms: list[str], top: str, axis: int, like: Layer) -> Layer:
+    """A Concat merging `bottoms` into `like`'s top, with its shape hint."""
+    p = ParamDict()
+    p.set(0, axis)
+    if SHAPE_HINT_ID in like.params:
+        p.set(SHAPE_HINT_ID, like.params.get_array(SHAPE_HINT_ID))
+    return Layer("Concat", name, bottoms, [top], p)
+
+
+def _emit(layer: Layer, lw: LayerWeights | None, d: LayerDecision, shapes: dict[str, BlobShape],
+          layers: list[Layer], weights: list[LayerWeights]) -> tuple[str, ...]:
+    """Append `layer` as decided (whole, or Split → sub-layers → Concat); the names of its computing layers."""
+    if d.slices == 1:
+        layers.append(with_kernel(layer, d.kernel, d.tiles))
+        if lw is not None:
+            weights.append(lw)
+        return (layer.name,)
+    assert lw is not None and len(layer.bottoms) == 1 and len(layer.tops) == 1
+    top, n = layer.tops[0], d.slices
+    ins = [f"{layer.name}.flexnn_in{i}" for i in range(n)]
+    outs = [f"{layer.name}.flexnn_out{i}" for i in range(n)]
+    names = [f"{layer.name}.flexnn{i}" for i in range(n)]
+    layers.append(Layer("Split", f"{layer.name}.flexnn_split", [layer.bottoms[0]], ins))
+    for i in range(n):
+        lo, hi = i * d.slice_width, min((i + 1) * d.slice_width, d.rows)
+        p, records = _sub_layer(layer, lw, lo, hi, d.rows)
+        layers.append(with_kernel(Layer(layer.type, names[i], [ins[i]], [outs[i]], p), d.kernel, d.tiles))
+        weights.append(LayerWeights(names[i], 0, records))
+    # channels (axis 0) of a conv's c,h,w output; the last axis (w) of a matrix layer's output
+    axis = 0 if layer.type in ("Convolution", "Deconvolution") else shapes[top].dims - 1
+    layers.append(_concat(f"{layer.name}.flexnn_concat", outs, top, axis, layer))
+    return tuple(names)
+
+
+def _emit_groups(layer: Layer, lw: LayerWeights | None, d: LayerDecision, shapes: dict[str, BlobShape],
+                 layers: list[Layer], weights: list[LayerWeights]) -> tuple[str, ...]:
+    """Append a grouped ConvolutionDepthWise as one Convolution per group, each as decided: Split → per
+    group a Crop of its input channels → Convolution → Concat of the groups' outputs."""
+    assert lw is not None and len(layer.bottoms) == 1 and len(layer.tops) == 1
+    groups = layer.params.get_int(7, 1)
+    group = group_convolution(layer)
+    cin = shapes[layer.bottoms[0]].c // groups
+    ins = [f"{layer.name}.flexnn_group_in{i}" for i in range(groups)]
+    outs = [f"{layer.name}.flexnn_group_out{i}" for i in range(groups)]
+    layers.append(Layer("Split", f"{layer.name}.flexnn_group_split", [layer.bottoms[0]], ins))
+    names: list[str] = []
+    for i in range(groups):
+        crop = ParamDict()
+        crop.set(9, [i * cin])  # numpy-style starts, ends and axes: the group's channels of a c,h,w blob
+        crop.set(10, [(i + 1) * cin])
+        crop.set(11, [0])
+        channels = f"{layer.name}.flexnn_group_channels{i}"
+        layers.append(Layer("Crop", f"{layer.name}.flexnn_group_crop{i}", [ins[i]], [channels], crop))
+        # the group's rows of every per-output record ([groups][outputs/groups][...]): weights and bias
+        records = [_slice_rows(r, groups, i, i + 1) for r in lw.records]
+        conv = replace(group, name=f"{layer.name}.flexnn_group{i}", bottoms=[channels], tops=[outs[i]])
+        names += _emit(conv, LayerWeights(conv.name, 0, records), d, shapes, layers, weights)
+    layers.append(_concat(f"{layer.name}.flexnn_group_concat", outs, layer.tops[0], 0, layer))
+    return tuple(names)

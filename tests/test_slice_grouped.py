@@ -1,0 +1,101 @@
+"""Grouped convolutions (issue 13): NCNN runs a ConvolutionDepthWise with 1 < group < channels as one
+Convolution per group and holds every group's transformed weights at once; under a budget that does
+not hold them the slicer runs the groups apart (Split -> per group a Crop of its channels ->
+Convolution -> Concat), each group cut like any Convolution. Depthwise convolutions stay whole. Stock
+NCNN runs the result to the original's outputs, and so does the runtime at the smallest budget."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from flexnn_ncnn.analysis import GROUPED, FixedModel, GroupedConvModel, analyze
+from flexnn_ncnn.ncnn_model import Graph, read_param
+from flexnn_ncnn.ncnn_model.stock import run_stock
+from flexnn_ncnn.slicing import Target, slice_model, spatial
+from helpers import assert_counted_within_budget
+from model_helpers import random_input, relative_error, written_text_model
+from test_runtime import assert_close
+from test_unseen_inputs import sliced_session
+
+pytest.importorskip("ncnn")
+
+# AlexNet's conv4 in small: a 3x3 conv of two groups whose weights dominate the model, a 1x1 conv of
+# four groups (ShuffleNet v1's), a depthwise conv and a plain one
+GROUPED_MODEL = """7767517
+5 5
+Input x 0 1 x 0=12 1=12 2=256
+ConvolutionDepthWise g2 1 1 x g2 0=256 1=3 4=1 5=1 6=294912 7=2 9=1
+ConvolutionDepthWise g4 1 1 g2 g4 0=64 1=1 5=1 6=4096 7=4
+ConvolutionDepthWise dw 1 1 g4 dw 0=64 1=3 4=1 5=1 6=576 7=64
+Convolution out 1 1 dw y 0=8 1=1 5=1 6=512
+"""
+SHAPE = (1, 256, 12, 12)
+TARGET = Target("host", 16)
+TOLERANCE = 1e-4
+
+
+def _model(tmp_path: Path):
+    return written_text_model(GROUPED_MODEL, SHAPE, 5, tmp_path)
+
+
+def test_grouped_convolutions_are_costed_per_group_and_depthwise_ones_not(tmp_path: Path) -> None:
+    _, _, graph, shapes = _model(tmp_path)
+    models = {a.layer.name: a.model for a in analyze(graph, shapes)}
+    g2, g4 = models["g2"], models["g4"]
+    assert isinstance(g2, GroupedConvModel) and isinstance(g4, GroupedConvModel)
+    assert (g2.groups, g2.group.cin, g2.group.cout, g2.rows) == (2, 128, 128, 128)
+    assert (g4.groups, g4.group.cin, g4.group.cout) == (4, 64, 16)
+    assert isinstance(models["dw"], FixedModel)
+    assert g2.kernels[0] == GROUPED
+    # NCNN holds every group's weights; a group run apart holds its own, beside its channels and the outputs
+    whole = g2.group.cost(g2.group.kernels[0], g2.rows)
+    assert g2.cost(GROUPED, g2.rows).weights == 2 * whole.weights
+    apart = g2.cost("im2col_gemm", 16)
+    assert apart.weights * 16 == g2.group.cost("im2col_gemm", 128).weights * 2 and apart.weights < whole.weights / 4
+
+
+def test_a_tight_budget_runs_the_groups_apart_and_stock_ncnn_runs_the_result(tmp_path: Path) -> None:
+    param, modelbin, graph, shapes = _model(tmp_path)
+    untiled = spatial.Tiler(spatial.TiledModel(param, modelbin, graph, shapes, analyze(graph, shapes), ()), TARGET,
+                            enabled=False)
+    generous = slice_model(param, modelbin, graph, shapes, 1 << 40, TARGET, tiler=untiled)
+    assert not generous.sliced and {d.kernel for d in generous.decisions if d.type == "ConvolutionDepthWise"} == {GROUPED}
+    tight = slice_model(param, modelbin, graph, shapes, generous.min_budget, TARGET, tiler=untiled)
+    g2 = next(d for d in tight.decisions if d.layer == "g2")
+    assert g2.kernel != GROUPED and g2.slices > 1 and len(g2.sublayers) == 2 * g2.slices
+    layers = {layer.name: layer for layer in tight.param}
+    assert "g2" not in layers and layers["dw"].type == "ConvolutionDepthWise"
+    assert [layers[f"g2.flexnn_group_crop{i}"].type for i in range(2)] == ["Crop", "Crop"]
+    assert all(layers[name].type == "Convolution" for name in g2.sublayers)
+    (tmp_path / "s.param").write_text(tight.param.format())
+    with open(tmp_path / "s.bin", "wb") as f:
+        tight.modelbin.write(f)
+    feeds = {"x": random_input(SHAPE)}
+    blobs = ["g2", "g4", "y"]
+    ref = run_stock(tmp_path / "a.param", tmp_path / "a.bin", feeds, blobs)
+    got = run_stock(tmp_path / "s.param", tmp_path / "s.bin", feeds, blobs)
+    assert all(relative_error(ref[b], got[b]) <= TOLERANCE for b in blobs)
+
+
+def test_a_budget_below_what_the_grouped_layer_holds_slices_and_the_runtime_equals_stock(tmp_path: Path) -> None:
+    """`slice` on the host (measured kernels, prepared and planned) at 5 MB, which NCNN's grouped conv
+    alone exceeds (7.9 MB measured; the smallest budget is 3.2 MB), run on unseen inputs."""
+    _model(tmp_path)
+    param, bin_ = tmp_path / "a.param", tmp_path / "a.bin"
+    session = sliced_session(param, bin_, SHAPE, 5_000_000, tmp_path / "min", "--threads", "2")
+    decisions = {d["layer"]: d for d in json.loads((tmp_path / "min" / "a.flexnn.slicing.json").read_text())["layers"]}
+    grouped = decisions["g2"]["before"]
+    assert decisions["g2"]["kernel"] != GROUPED
+    assert session.budget < grouped["weights"] + grouped["intermediates"], (session.budget, grouped)
+    graph = Graph.build(read_param(param))
+    for seed in range(1, 6):
+        x = np.random.default_rng(seed).standard_normal(SHAPE[1:]).astype(np.float32)
+        ref = run_stock(param, bin_, {"x": x}, graph.outputs, fp32=False)
+        got = session.run({"x": x})
+        assert_close(got["y"], ref["y"])
+        assert_counted_within_budget(session.stats())
+
