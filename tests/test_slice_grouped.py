@@ -16,6 +16,7 @@ from flexnn_ncnn.analysis import GROUPED, FixedModel, GroupedConvModel, analyze
 from flexnn_ncnn.ncnn_model import Graph, read_param
 from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.slicing import Target, slice_model, spatial
+from flexnn_ncnn.slicing.streaming import StreamModel
 from helpers import assert_counted_within_budget
 from model_helpers import random_input, relative_error, written_text_model
 from test_runtime import assert_close
@@ -23,15 +24,16 @@ from test_unseen_inputs import sliced_session
 
 pytest.importorskip("ncnn")
 
-# AlexNet's conv4 in small: a 3x3 conv of two groups whose weights dominate the model, a 1x1 conv of
-# four groups (ShuffleNet v1's), a depthwise conv and a plain one
+# AlexNet's conv4 and head in small: a 3x3 conv of two groups, a 1x1 conv of four groups (ShuffleNet
+# v1's), a depthwise conv, a plain one and an FC layer whose weights (19 MB) a small budget streams
 GROUPED_MODEL = """7767517
-5 5
+6 6
 Input x 0 1 x 0=12 1=12 2=256
 ConvolutionDepthWise g2 1 1 x g2 0=256 1=3 4=1 5=1 6=294912 7=2 9=1
 ConvolutionDepthWise g4 1 1 g2 g4 0=64 1=1 5=1 6=4096 7=4
 ConvolutionDepthWise dw 1 1 g4 dw 0=64 1=3 4=1 5=1 6=576 7=64
 Convolution out 1 1 dw y 0=8 1=1 5=1 6=512
+InnerProduct fc 1 1 y z 0=4096 1=1 2=4718592
 """
 SHAPE = (1, 256, 12, 12)
 TARGET = Target("host", 16)
@@ -75,15 +77,31 @@ def test_a_tight_budget_runs_the_groups_apart_and_stock_ncnn_runs_the_result(tmp
     with open(tmp_path / "s.bin", "wb") as f:
         tight.modelbin.write(f)
     feeds = {"x": random_input(SHAPE)}
-    blobs = ["g2", "g4", "y"]
+    blobs = ["g2", "g4", "y", "z"]
     ref = run_stock(tmp_path / "a.param", tmp_path / "a.bin", feeds, blobs)
     got = run_stock(tmp_path / "s.param", tmp_path / "s.bin", feeds, blobs)
     assert all(relative_error(ref[b], got[b]) <= TOLERANCE for b in blobs)
 
 
+def test_a_streamed_grouped_convolution_runs_its_groups_apart_to_load_them_pre_transformed(tmp_path: Path) -> None:
+    """Where the grouped layer fits but its weights stream on every inference: NCNN's grouped layer would
+    transform every group's raw weights on every load, a group's Convolution loads pre-transformed ones."""
+    param, modelbin, graph, shapes = _model(tmp_path)
+    untiled = spatial.Tiler(spatial.TiledModel(param, modelbin, graph, shapes, analyze(graph, shapes), ()), TARGET,
+                            enabled=False)
+    budget = 12_000_000  # holds g2 grouped (9.9 MB estimated), not every weight as well
+    pinned = slice_model(param, modelbin, graph, shapes, budget, TARGET, tiler=untiled)
+    assert next(d for d in pinned.decisions if d.layer == "g2").kernel == GROUPED
+    streamed = slice_model(param, modelbin, graph, shapes, budget, TARGET, tiler=untiled, stream=StreamModel())
+    assert 0 < streamed.streamed_share < 1
+    g2 = next(d for d in streamed.decisions if d.layer == "g2")
+    assert g2.kernel != GROUPED and "groups apart" in g2.reason and g2.after.total <= g2.limit, g2
+    assert {layer.type for layer in streamed.param if layer.name.startswith("g2.")} == {"Split", "Crop", "Convolution", "Concat"}
+
+
 def test_a_budget_below_what_the_grouped_layer_holds_slices_and_the_runtime_equals_stock(tmp_path: Path) -> None:
     """`slice` on the host (measured kernels, prepared and planned) at 5 MB, which NCNN's grouped conv
-    alone exceeds (7.9 MB measured; the smallest budget is 3.2 MB), run on unseen inputs."""
+    alone exceeds (7.9 MB measured), run on unseen inputs."""
     _model(tmp_path)
     param, bin_ = tmp_path / "a.param", tmp_path / "a.bin"
     session = sliced_session(param, bin_, SHAPE, 5_000_000, tmp_path / "min", "--threads", "2")
@@ -96,6 +114,6 @@ def test_a_budget_below_what_the_grouped_layer_holds_slices_and_the_runtime_equa
         x = np.random.default_rng(seed).standard_normal(SHAPE[1:]).astype(np.float32)
         ref = run_stock(param, bin_, {"x": x}, graph.outputs, fp32=False)
         got = session.run({"x": x})
-        assert_close(got["y"], ref["y"])
+        assert_close(got["z"], ref["z"])
         assert_counted_within_budget(session.stats())
 

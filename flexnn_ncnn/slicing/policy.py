@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
-from ..analysis import GROUPED, ConvModel, Cost, FixedModel, LayerAnalysis
+from ..analysis import GROUPED, ConvModel, Cost, FixedModel, GroupedConvModel, LayerAnalysis
 from .streaming import StreamModel
 from .target import Target
 
@@ -146,17 +146,23 @@ def decide(a: LayerAnalysis, limit: int, target: Target, measure: Measure | None
 
 def decide_streamed(a: LayerAnalysis, d: LayerDecision, target: Target, stream: StreamModel, share: float,
                     measure: Measure | None = None) -> LayerDecision:
-    """`d`, or im2col+GEMM (its first option within d.limit) when, with `share` of the weights streamed,
-    its estimated compute + loading is less than d's Winograd kernel's; the reason gives both estimates."""
+    """`d` for a layer whose weights are streamed (`share` of the model's, > 0): a grouped convolution's
+    groups run apart (_groups_apart), and a Winograd kernel gives way to im2col+GEMM (its first option
+    within d.limit) when its estimated compute + loading is less; the reason gives both estimates."""
     m = a.model
-    if share <= 0 or not d.kernel.startswith("winograd") or not isinstance(m, ConvModel):
-        return d  # a grouped convolution's groups keep their kernel
+    if share <= 0:
+        return d
+    if isinstance(m, GroupedConvModel):
+        d = _groups_apart(a, d, target, measure)
+    if not d.kernel.startswith("winograd") or not isinstance(m, (ConvModel, GroupedConvModel)):
+        return d
+    conv = m if isinstance(m, ConvModel) else m.group  # a grouped layer's groups, each alike
     gate = _Gate(a, d.limit, measure)
-    fitting = ((o, gate.fits(*o)) for o in _streamed_im2col_options(m, target))
+    fitting = ((o, gate.fits(*o)) for o in _streamed_im2col_options(conv, target))
     option, cost = next(((o, c) for o, c in fitting if c is not None), (None, None))
     if option is None or cost is None:
         return replace(d, reason=f"{d.reason}; im2col_gemm does not fit")
-    estimates = {k: (stream.compute_us(m, k), stream.load_us(m, k, share)) for k in (d.kernel, "im2col_gemm")}
+    estimates = {k: (stream.compute_us(conv, k), stream.load_us(conv, k, share)) for k in (d.kernel, "im2col_gemm")}
     keep, switch = (sum(estimates[k]) for k in (d.kernel, "im2col_gemm"))
     why = f"{share:.1%} streamed: " + ", ".join(f"{k} {c / 1e3:.2f}+{l / 1e3:.2f} ms" for k, (c, l) in estimates.items()) + \
         " (compute+load)"
@@ -164,7 +170,22 @@ def decide_streamed(a: LayerAnalysis, d: LayerDecision, target: Target, stream: 
         return replace(d, reason=f"{d.reason}; {why}")
     kernel, width, tiles = option
     return replace(d, kernel=kernel, slice_width=width, tiles=tiles, after=cost,
-                   reason=f"{why}; {kernel} {_cuts(width < m.rows, tiles > 1)}")
+                   reason=f"{d.reason}; {why}; {kernel} {_cuts(width < m.rows, tiles > 1)}")
+
+
+def _groups_apart(a: LayerAnalysis, d: LayerDecision, target: Target, measure: Measure | None) -> LayerDecision:
+    """A streamed grouped convolution, decided `d`, with its groups run apart (the first such option
+    within d.limit): NCNN's grouped layer builds every group's kernel from the raw weights on every
+    load, where a group's own Convolution loads its pre-transformed weights (patch 0003)."""
+    if d.kernel != GROUPED:
+        return d
+    gate = _Gate(a, d.limit, measure)
+    for kernel, width, tiles in _options(a, target):
+        cost = gate.fits(kernel, width, tiles) if kernel != GROUPED else None
+        if cost is not None:
+            return replace(d, kernel=kernel, slice_width=width, tiles=tiles, after=cost,
+                           reason=f"{d.reason}; streamed: groups apart, {kernel} {_cuts(width < a.model.rows, tiles > 1)}")
+    return replace(d, reason=f"{d.reason}; streamed, no option with its groups apart fits")
 
 
 def _cuts(weights: bool, tiles: bool) -> str:
