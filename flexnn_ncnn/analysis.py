@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from .cli import UserError
 from .ncnn_model import BlobShape, Graph, Layer, weight_specs
 from .ncnn_model.param import SHAPE_HINT_ID, ParamDict
 from .ncnn_model.schema import is_int8
@@ -393,10 +394,11 @@ def _deconv_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> De
 
 def _int8_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> Int8Model | None:
     """An int8 group-1 Convolution or InnerProduct with a dequantized (fp32) output; None otherwise."""
-    p = layer.params
-    term = p.get_int(8, 0)
-    if not is_int8(layer) or term > 100 or layer.type == "ConvolutionDepthWise" or len(layer.bottoms) != 1:
+    if not is_int8(layer) or layer.type == "ConvolutionDepthWise" or len(layer.bottoms) != 1:
         return None
+    p = layer.params
+    if p.get_int(8, 0) > 100:
+        return None  # requantized output
     extra = 1 + int(bool(p.get_int(5 if layer.type == "Convolution" else 1, 0)))  # weight scale, bias
     if layer.type == "InnerProduct":
         rows = p.get_int(0, 0)
@@ -484,13 +486,17 @@ def analyze_layer(index: int, layer: Layer, live_bytes: int, in_shape: BlobShape
                   out_shape: BlobShape | None) -> LayerAnalysis:
     """The cost model of `layer` reading `in_shape` and writing `out_shape`, beside `live_bytes` of activations."""
     model: CostModel | None = None
-    if in_shape is not None and out_shape is not None:
-        model = (_conv_model(layer, in_shape, out_shape) or _grouped_model(layer, in_shape, out_shape)
-                 or _matrix_model(layer, in_shape, out_shape)
-                 or _int8_model(layer, in_shape, out_shape) or _deconv_model(layer, in_shape, out_shape))
-    if model is None:
-        model = _fixed_model(layer, in_shape)
-    return LayerAnalysis(index, layer, live_bytes, _runtime_weight_bytes(layer), model, in_shape)
+    try:
+        if in_shape is not None and out_shape is not None:
+            model = (_conv_model(layer, in_shape, out_shape) or _grouped_model(layer, in_shape, out_shape)
+                     or _matrix_model(layer, in_shape, out_shape)
+                     or _int8_model(layer, in_shape, out_shape) or _deconv_model(layer, in_shape, out_shape))
+        if model is None:
+            model = _fixed_model(layer, in_shape)
+        weights = _runtime_weight_bytes(layer)
+    except UserError as e:
+        raise UserError(f"layer {layer.name} ({layer.type}): {e}") from None
+    return LayerAnalysis(index, layer, live_bytes, weights, model, in_shape)
 
 
 def live_bytes(graph: Graph, shapes: dict[str, BlobShape]) -> list[int]:
