@@ -66,9 +66,11 @@ def test_no_fitting_slicing_names_a_feasible_budget_and_writes_nothing(model, tm
     unlogged = subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout,
                                            "\n".join(l for l in proc.stderr.splitlines() if l not in log))
     line = assert_user_error(unlogged, "infeasible", "the smallest feasible budget is ")
-    # only the first fit loop knows nothing of what the runtime holds beside the arena: every later one
-    # (confirmations, the search's probes) starts its reserve from what the one before measured
-    assert sum("attempt 1 (reserve 0 B" in l for l in log) == 1, log
+    # the search's probes start their reserve from what the loops before measured, and only a probe
+    # that misses from there tries again from nothing reserved, as the first loop started
+    starts = [l for l in log if "attempt 1 (reserve" in l]
+    misses = sum("does not fit" in l for l in log)
+    assert starts and "reserve 0 B" in starts[0] and sum("reserve 0 B" in l for l in starts) <= 1 + misses, log
     assert not (tmp_path / "no").exists() or not any((tmp_path / "no").iterdir())
     smallest = int(re.search(r"the smallest feasible budget is ([\d,]+) B", line)[1].replace(",", ""))
     assert smallest > NO_FIT
