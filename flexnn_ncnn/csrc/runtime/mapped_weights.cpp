@@ -59,13 +59,14 @@ bool MappedWeights::point(const TransformedMat& m, ncnn::Mat& weight, std::strin
     // (past it the planned bytes stay the arena's)
     const uint64_t end = std::min(align_up(m.offset + m.bytes, kMappedPage) + kMappedPage, align_up(file_bytes_, kMappedPage));
     const size_t length = (size_t)(end - m.offset);
-    if (mmap(address, length, PROT_READ, MAP_PRIVATE | MAP_FIXED | MAP_POPULATE, fd_, (off_t)m.offset) == MAP_FAILED)
+    if (mmap(address, length, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd_, (off_t)m.offset) == MAP_FAILED)
     {
         error = "cannot map it at byte " + std::to_string(m.offset) + ": " + strerror(errno);
         // a failed MAP_FIXED may have unmapped the bytes: they are the arena's again either way
         anonymous(address, length);
         return false;
     }
+    fault_in(address, length);
     {
         std::lock_guard<std::mutex> lock(regions_lock_);
         regions_[current_].push_back({address, length});
@@ -88,6 +89,17 @@ bool MappedWeights::point(const TransformedMat& m, ncnn::Mat& weight, std::strin
         return false;
     }
     return true;
+}
+
+void MappedWeights::fault_in(const unsigned char* address, size_t length)
+{
+    // made resident on the loading thread, ahead of the computation (reading the file where it is not
+    // cached): one read fault per window, each mapping the window's cached pages at once (fault-around).
+    // MAP_POPULATE walks every page instead, and costs the loading thread more on the cores the
+    // computing threads share; pages a smaller window leaves out fault in when the kernels first read them.
+    const volatile unsigned char* bytes = address;
+    for (size_t at = 0; at < length; at += kFaultAroundBytes)
+        (void)bytes[at];
 }
 
 Status MappedWeights::anonymous(unsigned char* address, size_t length) const

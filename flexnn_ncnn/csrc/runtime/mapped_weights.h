@@ -20,7 +20,7 @@ struct TransformedMat;
 // The pre-transformed weights mapped from their file over the arena bytes the plan gives them,
 // instead of read there (RuntimeOptions::map_weights; paper section 3.4 without the copy). While the
 // loading thread builds a layer, each transformed Mat NCNN asks for is its record mapped in place
-// (MAP_FIXED, populated: resident off the computing threads), its pages and the page NCNN may
+// (MAP_FIXED, faulted in: resident off the computing threads), its pages and the page NCNN may
 // over-read past its end, as planned (planned_bytes); the pages resident are the plan's. Once the
 // layer has computed, the computing thread gives back to the arena (its own zero pages, not resident
 // until written) the pages a written tensor takes next (planner/record_pages.h); the others stay
@@ -59,6 +59,12 @@ public:
     void reset_peak();
 
 private:
+    // Linux's default fault-around window: a read fault on a mapped file page maps the cached pages
+    // around it up to this many bytes
+    static constexpr size_t kFaultAroundBytes = 64 * 1024;
+
+    // the mapped pages over [address, address + length) resident, one read fault per window
+    static void fault_in(const unsigned char* address, size_t length);
     // the arena's own pages over [address, address + length)
     Status anonymous(unsigned char* address, size_t length) const;
 
