@@ -63,11 +63,12 @@ def assert_same_detections(got: np.ndarray, ref: np.ndarray, rtol: float = 1e-4)
         assert_close(got, ref, rtol)
         return
     tolerance = rtol * np.maximum(np.abs(ref).max(axis=0), 1e-30)
-    unmatched = list(range(len(ref)))
+    unmatched = np.ones(len(ref), bool)
     for row in got:
-        close = [i for i in unmatched if ref[i, 0] == row[0] and np.all(np.abs(ref[i] - row) <= tolerance)]
-        assert close, f"no row of the reference matches {row}"
-        unmatched.remove(min(close, key=lambda i: float(np.abs((ref[i] - row) / tolerance).max())))
+        distance = (np.abs(ref - row) / tolerance).max(axis=1)  # in tolerances, the worst column
+        close = np.flatnonzero(unmatched & (ref[:, 0] == row[0]) & (distance <= 1))
+        assert close.size, f"no row of the reference matches {row}"
+        unmatched[close[np.argmin(distance[close])]] = False
 
 
 def assert_counted_within_budget(stats: dict) -> None:
