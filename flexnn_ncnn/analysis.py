@@ -40,6 +40,7 @@ from .ncnn_model.schema import is_int8
 
 CONV_KERNELS = ("winograd63", "winograd43", "im2col_gemm", "direct")
 GROUPED = "grouped"  # a grouped convolution run as NCNN runs it, every group in one layer
+WIDEST_PACK = 16  # channels in the widest SIMD pack NCNN lays activations out in (fp32 on AVX-512)
 
 
 def _mat_bytes(c: int, plane: int) -> int:
@@ -283,9 +284,17 @@ class GroupedConvModel:
         return self.ungrouped(self.group.cost(kernel, width, tiles))
 
     def ungrouped(self, group_cost: Cost) -> Cost:
-        """What one group's Convolution run apart holds (`group_cost`), with its Crop's copy of the group's
-        input channels and every group's output, alive until the Concat."""
-        return Cost(group_cost.weights, group_cost.intermediates + self.in_bytes // self.groups + self.out_bytes)
+        """What one group's Convolution run apart holds (`group_cost`), with its Crop's copy and every
+        group's output, alive until the Concat. The Crop copies the group's channels when they start on
+        a SIMD pack of the input (16 channels covers every target's), else NCNN unpacks the whole input first."""
+        crop = self.in_bytes // self.groups if self.group.cin % WIDEST_PACK == 0 else self.in_bytes
+        return Cost(group_cost.weights, group_cost.intermediates + crop + self.out_bytes)
+
+    def worth_apart_when_streamed(self) -> bool:
+        """Whether running the groups apart saves a streamed layer more than it adds: NCNN's grouped layer
+        transforms every group's raw weights on each load, the groups apart copy the input (Crops) and
+        the output (Concat) once."""
+        return self.groups * self.group.streamed_bytes("im2col_gemm") > self.in_bytes + self.out_bytes
 
     def max_tiles(self, kernel: str, min_tile_pixels: int) -> int:
         return 1 if kernel == GROUPED else self.group.max_tiles(kernel, min_tile_pixels)
@@ -353,8 +362,8 @@ def _grouped_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> G
     if layer.type != "ConvolutionDepthWise":
         return None
     groups, cout = layer.params.get_int(7, 1), layer.params.get_int(0, 0)
-    if groups <= 1 or in_shape.dims != 3 or in_shape.c % groups or cout % groups or (groups == in_shape.c and groups == cout):
-        return None  # depthwise (NCNN's own kernel, per-channel weights) or not a grouped 2-D conv
+    if groups <= 1 or in_shape.dims != 3 or in_shape.c % groups or cout % groups or groups == in_shape.c:
+        return None  # depthwise (one input channel a group, with or without a multiplier) or not a grouped 2-D conv
     group = _conv_model(group_convolution(layer), grouped_input(in_shape, groups), replace(out_shape, c=cout // groups))
     return None if group is None else GroupedConvModel(group, groups, in_shape.nbytes, out_shape.nbytes)
 

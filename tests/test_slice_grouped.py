@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from flexnn_ncnn.analysis import GROUPED, FixedModel, GroupedConvModel, analyze
-from flexnn_ncnn.ncnn_model import Graph, read_param
+from flexnn_ncnn.cli import UserError
+from flexnn_ncnn.ncnn_model import Graph, NcnnParam, read_param
 from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.slicing import Target, slice_model, spatial
 from flexnn_ncnn.slicing.streaming import StreamModel
@@ -60,6 +61,25 @@ def test_grouped_convolutions_are_costed_per_group_and_depthwise_ones_not(tmp_pa
     assert apart.weights * 16 == g2.group.cost("im2col_gemm", 128).weights * 2 and apart.weights < whole.weights / 4
 
 
+# a depthwise conv with a channel multiplier, an int8 grouped conv and one whose param 0 is an array
+OTHERS = """7767517
+4 4
+Input x 0 1 x 0=12 1=12 2=32
+ConvolutionDepthWise mult 1 1 x mult 0=64 1=3 4=1 5=1 6=576 7=32
+ConvolutionDepthWise q 1 1 mult q 0=64 1=1 5=1 6=2048 7=2 8=1
+Convolution bad 1 1 q y -23300=2,8,8 1=1 6=512
+"""
+
+
+def test_depthwise_int8_grouped_layers_stay_whole_and_an_unreadable_param_names_its_layer(tmp_path: Path) -> None:
+    _, _, graph, shapes = written_text_model(OTHERS.replace("-23300=2,8,8", "0=8"), (1, 32, 12, 12), 5, tmp_path)
+    models = {a.layer.name: a.model for a in analyze(graph, shapes)}
+    assert not isinstance(models["mult"], GroupedConvModel) and not isinstance(models["q"], GroupedConvModel)
+    bad = Graph.build(NcnnParam.parse(OTHERS))  # the same blobs, so the same shapes
+    with pytest.raises(UserError, match=r"layer bad \(Convolution\): parameter 0 is \[8, 8\], expected a number"):
+        analyze(bad, shapes)
+
+
 def test_a_tight_budget_runs_the_groups_apart_and_stock_ncnn_runs_the_result(tmp_path: Path) -> None:
     param, modelbin, graph, shapes = _model(tmp_path)
     untiled = spatial.Tiler(spatial.TiledModel(param, modelbin, graph, shapes, analyze(graph, shapes), ()), TARGET,
@@ -96,6 +116,8 @@ def test_a_streamed_grouped_convolution_runs_its_groups_apart_to_load_them_pre_t
     assert 0 < streamed.streamed_share < 1
     g2 = next(d for d in streamed.decisions if d.layer == "g2")
     assert g2.kernel != GROUPED and "groups apart" in g2.reason and g2.after.total <= g2.limit, g2
+    # g4's weights (17 KB) are less than its input and output, which running it apart would copy
+    assert next(d for d in streamed.decisions if d.layer == "g4").kernel == GROUPED
     assert {layer.type for layer in streamed.param if layer.name.startswith("g2.")} == {"Split", "Crop", "Convolution", "Concat"}
 
 

@@ -177,7 +177,8 @@ def _groups_apart(a: LayerAnalysis, d: LayerDecision, target: Target, measure: M
     """A streamed grouped convolution, decided `d`, with its groups run apart (the first such option
     within d.limit): NCNN's grouped layer builds every group's kernel from the raw weights on every
     load, where a group's own Convolution loads its pre-transformed weights (patch 0003)."""
-    if d.kernel != GROUPED:
+    assert isinstance(a.model, GroupedConvModel)
+    if d.kernel != GROUPED or not a.model.worth_apart_when_streamed():
         return d
     gate = _Gate(a, d.limit, measure)
     for kernel, width, tiles in _options(a, target):

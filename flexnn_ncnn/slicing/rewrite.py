@@ -140,8 +140,8 @@ def _emit_groups(layer: Layer, lw: LayerWeights | None, d: LayerDecision, shapes
                  layers: list[Layer], weights: list[LayerWeights]) -> tuple[str, ...]:
     """Append a grouped ConvolutionDepthWise as one Convolution per group, each as decided: Split → per
     group a Crop of its input channels → Convolution → Concat of the groups' outputs."""
-    assert lw is not None and len(layer.bottoms) == 1 and len(layer.tops) == 1
     groups = layer.params.get_int(7, 1)
+    assert lw is not None and len(layer.bottoms) == 1 and len(layer.tops) == 1 and groups > 1 and d.kernel in KERNEL_CODES
     group = group_convolution(layer)
     cin = shapes[layer.bottoms[0]].c // groups
     ins = [f"{layer.name}.flexnn_group_in{i}" for i in range(groups)]

@@ -195,7 +195,10 @@ def _macs_per_pixel(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> 
     if layer.type == "Convolution":
         kw = p.get_int(1, 0)
         return out_shape.c * in_shape.c * kw * p.get_int(11, kw)
-    if layer.type in ("ConvolutionDepthWise", "Pooling"):
+    if layer.type == "ConvolutionDepthWise":  # each output channel reads its group's input channels
+        kw = p.get_int(1, 0)
+        return out_shape.c * (in_shape.c // p.get_int(7, 1)) * kw * p.get_int(11, kw)
+    if layer.type == "Pooling":
         kw = p.get_int(1, 0)
         return out_shape.c * kw * p.get_int(11, kw)
     if layer.type in DECONVOLUTION:  # each input pixel's kernel spread over stride² output pixels
