@@ -21,10 +21,9 @@ asked (a profile that plans within a budget plans within any larger one); below 
 it. Feasibility is then monotone in the budget the user gives, and the named budget was verified.
 Because the loop is not monotone, a probe is not either: it starts from what earlier loops measured
 beside the arena and, when it misses, again from nothing reserved (as a direct run starts); and the
-slicings of attempts that missed are kept under the budget their plans named, which they fit from
-there up: a probe at or above such a budget, and the search's answer, take one (prepared again) where
-it plans. On NCNN's upstream SCRFD-500M at 320x320 the smallest budget named fell from 6.46 MB to
-5.75 MB, and the budgets between that the loop alone missed (6.0, 6.1 MB) slice.
+attempts that missed are kept under the budget their plans named, whose slicings fit from there up: a
+probe at or above such a budget, and the search's answer, take one (sliced and prepared again) where
+it plans.
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ from .target import Target
 log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 6
-NAMED_KEPT = 3  # the missed attempts' slicings a search keeps (each may hold a sliced copy of the weights)
+NAMED_KEPT = 3  # the missed attempts a search keeps, the smallest budgets their plans named
 
 
 def tiler_of(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape],
@@ -65,13 +64,16 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
     """The slicing whose prepared profile plans within `budget`: the fit loop's, else the smallest
     budget's when `budget` is at or above it; attempts are written to `scratch`. Raises
     InfeasibleBudget naming the smallest budget the search verified."""
+    named: dict[int, Missed] = {}  # the attempts that missed, for the search
     try:
         tiler = tiler_of(param, modelbin, graph, shapes, target)  # its tiled models serve every fit below
-        return _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream, tiler, 0)[0]
+        return _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream, tiler, 0,
+                               named)[0]
     except planning.InfeasibleBudget as missed:
         log.info("no slicing fitted %s (%s): searching the smallest budget that fits", format_size(budget), missed)
         beside = missed.beside_arena
-    found = smallest_budget(param, modelbin, graph, shapes, target, options, scratch, stream, tiler=tiler, beside=beside)
+    found = smallest_budget(param, modelbin, graph, shapes, target, options, scratch, stream, tiler=tiler, beside=beside,
+                            named=named)
     if found.budget <= budget:
         log.info("the slicing for the smallest budget, %s, fits %s", format_size(found.budget), format_size(budget))
         return found.result
@@ -83,11 +85,11 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
 def _fit_confirming(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
                     target: Target, options: RuntimeOptions, scratch: Path, progress: bool,
                     stream: StreamModel | None, tiler: spatial.Tiler, beside: int,
-                    named: dict[int, SlicingResult] | None = None) -> tuple[SlicingResult, int]:
+                    named: dict[int, Missed] | None = None) -> tuple[SlicingResult, int]:
     """The fit loop (its reserve from `beside`, bytes measured beside the arena) and what its slicing holds
     beside the arena, or, when it misses, the loop again at the smallest budget it reported, followed
     while a new slicing for it still misses: raises InfeasibleBudget naming the last one found and what
-    it measured beside the arena. `named` collects the slicings of attempts that missed (_fit)."""
+    it measured beside the arena. `named` collects the attempts that missed (_fit)."""
     result, smallest, beside = _fit(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream,
                                     tiler, beside, named)
     if result is not None:
@@ -109,7 +111,7 @@ def _fit_confirming(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
 def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int, target: Target,
          options: RuntimeOptions, scratch: Path, progress: bool, stream: StreamModel | None,
          tiler: spatial.Tiler, beside: int,
-         named: dict[int, SlicingResult] | None = None) -> tuple[SlicingResult | None, int, int]:
+         named: dict[int, Missed] | None = None) -> tuple[SlicingResult | None, int, int]:
     """(the fitting slicing, 0, what it holds beside the arena), or (None, the smallest feasible budget
     any attempt's plan reported, the bytes its last attempt measured beside the arena); the reserve
     starts at `beside`. Each attempt that misses is put in `named` under the budget its plan named."""
@@ -144,7 +146,7 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
                 raise
             smallest = min(smallest or e.min_feasible_budget, e.min_feasible_budget)
             if named is not None:
-                _remember(named, e.min_feasible_budget, result)
+                _remember(named, e.min_feasible_budget, Missed(budget, reserve))
             shortfall = e.min_feasible_budget - budget
             beside = e.beside_arena
             log.info("attempt %d (reserve %s): the plan needs %s more", attempt, format_size(reserve), format_size(shortfall))
@@ -165,9 +167,18 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
     return None, smallest, beside
 
 
-def _remember(named: dict[int, SlicingResult], need: int, result: SlicingResult) -> None:
-    """`result` under `need` in `named`, which keeps the NAMED_KEPT smallest needs."""
-    named.setdefault(need, result)
+@dataclass(frozen=True)
+class Missed:
+    """An attempt of the fit loop that missed its budget: slice_model at `budget` with `reserve` makes its
+    slicing again (the meter recalls every measurement)."""
+
+    budget: int
+    reserve: int
+
+
+def _remember(named: dict[int, Missed], need: int, missed: Missed) -> None:
+    """`missed` under `need` (the budget its plan named) in `named`, which keeps the NAMED_KEPT smallest."""
+    named.setdefault(need, missed)
     for larger in sorted(named)[NAMED_KEPT:]:
         del named[larger]
 
@@ -194,30 +205,43 @@ class SmallestBudget:
 
 def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], target: Target,
                     options: RuntimeOptions, scratch: Path, stream: StreamModel | None = None,
-                    resolution: int = 256 * 1024, tiler: spatial.Tiler | None = None, beside: int = 0) -> SmallestBudget:
+                    resolution: int = 256 * 1024, tiler: spatial.Tiler | None = None, beside: int = 0,
+                    named: dict[int, Missed] | None = None) -> SmallestBudget:
     """The smallest budget the fit loop fits, to within `resolution` bytes (or 1%): bisection between
     the slicer's own lower bound, below which no slicing fits, and a budget confirmed to fit (the one
     an infeasible fit names, followed while a new slicing for it still misses). Every probe slices,
     prepares and plans; the budget returned was fitted by one of them. Each probe's loop starts from
     the least any loop measured beside the arena (`beside`: the caller's measurement, 0 if none): a
     slicing tiled deeper for a smaller budget holds more beside it than one for a larger budget needs;
-    a probe that misses from there tries again from nothing reserved, as `slice --budget` starts."""
+    a probe that misses from there tries again from nothing reserved, as `slice --budget` starts.
+    Attempts that missed (`named`: the caller's, then the probes') are kept under the budget their
+    plans named: a probe at or above one first slices it again and tries it, and so does the answer."""
     started = time.monotonic()
     probes: list[Probe] = []
     tiler = tiler or tiler_of(param, modelbin, graph, shapes, target)
     measured = [beside] if beside else []  # what loops measured beside the arena
-    # every attempt's slicing under the budget its prepared plan named: it fits any budget from there
-    # up, though the loop at such a budget may slice otherwise and miss (the loop is not monotone)
-    named: dict[int, SlicingResult] = {}
+    # every attempt that missed, under the budget its prepared plan named: its slicing fits any budget
+    # from there up, though the loop at such a budget may slice otherwise and miss (it is not monotone)
+    named = {} if named is None else named
+    meter = LayerMeter(options)
+
+    def named_fitting(budget: int) -> SlicingResult | None:
+        """The slicing of the attempt that named the least budget within `budget`, where it plans again."""
+        for need in sorted(n for n in named if n <= budget):
+            missed = named.pop(need)  # tried once: measured again, a slicing that needs more is no candidate
+            result = slice_model(param, modelbin, graph, shapes, missed.budget, target, missed.reserve, stream=stream,
+                                 measure=meter.cost, tiler=tiler)
+            if _plans(result, budget, graph, shapes, options, scratch):
+                log.info("%s fits with the slicing an attempt at %s planned for %s", format_size(budget),
+                         format_size(missed.budget), format_size(need))
+                return result
+        return None
 
     def fit(budget: int) -> SlicingResult:
-        for need in sorted(n for n in named if n <= budget):
-            if _plans(named[need], budget, graph, shapes, options, scratch):
-                probes.append(Probe(budget, True))
-                log.info("probe %d: %s fits with the slicing an attempt planned for %s", len(probes), format_size(budget),
-                         format_size(need))
-                return named[need]
-            del named[need]  # measured again, it needs more: not a candidate
+        result = named_fitting(budget)
+        if result is not None:
+            probes.append(Probe(budget, True))
+            return result
         # from the least measured beside the arena, then as `slice --budget` starts (nothing reserved):
         # the loop's outcome depends on where it starts, and a probe that misses where a direct run
         # fits would name a smallest budget above budgets that slice
@@ -258,12 +282,13 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
             best, high = fit(middle), middle
         except planning.InfeasibleBudget:
             low = middle
-    # a slicing an attempt planned for less than the bisection found (between probes that missed)
-    for need in sorted(n for n in named if n < high):
-        if _plans(named[need], need, graph, shapes, options, scratch):
-            probes.append(Probe(need, True))
-            best, high = named[need], need
-            break
+    # an attempt whose plan named less than the bisection found (between probes that missed)
+    below = min((n for n in named if n < high), default=None)
+    if below is not None:
+        result = named_fitting(below)
+        if result is not None:
+            probes.append(Probe(below, True))
+            best, high = result, below
     return SmallestBudget(high, best, tuple(probes), time.monotonic() - started)
 
 
