@@ -93,13 +93,16 @@ bool MappedWeights::point(const TransformedMat& m, ncnn::Mat& weight, std::strin
 
 void MappedWeights::fault_in(const unsigned char* address, size_t length)
 {
-    // made resident on the loading thread, ahead of the computation (reading the file where it is not
-    // cached): one read fault per window, each mapping the window's cached pages at once (fault-around).
-    // MAP_POPULATE walks every page instead, and costs the loading thread more on the cores the
-    // computing threads share; pages a smaller window leaves out fault in when the kernels first read them.
+    // made resident on the loading thread, ahead of the computation: one read fault per window (the
+    // first page, then each window boundary), each mapping the window's cached pages at once
+    // (fault-around; an uncached page is read, with the kernel's readahead). MAP_POPULATE walks every
+    // page instead, and costs the loading thread more on the cores the computing threads share; pages a
+    // smaller window leaves out fault in when the kernels first read them.
     const volatile unsigned char* bytes = address;
-    for (size_t at = 0; at < length; at += kFaultAroundBytes)
-        (void)bytes[at];
+    (void)bytes[0];
+    const uintptr_t begin = (uintptr_t)address;
+    for (uintptr_t at = (begin / kFaultAroundBytes + 1) * kFaultAroundBytes; at < begin + length; at += kFaultAroundBytes)
+        (void)bytes[at - begin];
 }
 
 Status MappedWeights::anonymous(unsigned char* address, size_t length) const
