@@ -15,9 +15,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..analysis import GROUPED, group_convolution
 from ..ncnn_model import BlobShape, Layer, LayerWeights, ModelBin, NcnnParam, WeightRecord, WeightSpec
 from ..ncnn_model.param import SHAPE_HINT_ID, ParamDict
-from ..analysis import GROUPED, group_convolution
 from .policy import LayerDecision
 
 KERNEL_PARAM_ID = 26
@@ -102,6 +102,16 @@ def apply(param: NcnnParam, modelbin: ModelBin, decisions: dict[str, LayerDecisi
     return NcnnParam(layers), ModelBin(ModelBin(weights).layout()), done
 
 
+def numpy_crop(name: str, bottom: str, top: str, starts: list[int], ends: list[int], axes: list[int]) -> Layer:
+    """A Crop of `bottom` from `starts` to `ends` (exclusive) along `axes` of its c,h,w (0, 1, 2), NCNN's
+    numpy-style params 9, 10 and 11."""
+    p = ParamDict()
+    p.set(9, starts)
+    p.set(10, ends)
+    p.set(11, axes)
+    return Layer("Crop", name, [bottom], [top], p)
+
+
 def _concat(name: str, bottoms: list[str], top: str, axis: int, like: Layer) -> Layer:
     """A Concat merging `bottoms` into `like`'s top, with its shape hint."""
     p = ParamDict()
@@ -149,12 +159,8 @@ def _emit_groups(layer: Layer, lw: LayerWeights | None, d: LayerDecision, shapes
     layers.append(Layer("Split", f"{layer.name}.flexnn_group_split", [layer.bottoms[0]], ins))
     names: list[str] = []
     for i in range(groups):
-        crop = ParamDict()
-        crop.set(9, [i * cin])  # numpy-style starts, ends and axes: the group's channels of a c,h,w blob
-        crop.set(10, [(i + 1) * cin])
-        crop.set(11, [0])
-        channels = f"{layer.name}.flexnn_group_channels{i}"
-        layers.append(Layer("Crop", f"{layer.name}.flexnn_group_crop{i}", [ins[i]], [channels], crop))
+        channels = f"{layer.name}.flexnn_group_channels{i}"  # the group's channels (axis 0 of c,h,w)
+        layers.append(numpy_crop(f"{layer.name}.flexnn_group_crop{i}", ins[i], channels, [i * cin], [(i + 1) * cin], [0]))
         # the group's rows of every per-output record ([groups][outputs/groups][...]): weights and bias
         records = [_slice_rows(r, groups, i, i + 1) for r in lw.records]
         conv = replace(group, name=f"{layer.name}.flexnn_group{i}", bottoms=[channels], tops=[outs[i]])

@@ -37,6 +37,7 @@ from ..analysis import LayerAnalysis, analyze, pooling_pads, same_pads
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, ParamDict
 from ..ncnn_model.param import SHAPE_HINT_ID
 from .policy import smallest_working_set
+from .rewrite import numpy_crop
 from .target import Target
 
 log = logging.getLogger(__name__)
@@ -389,11 +390,7 @@ class SpatialTiling:
 
 
 def _crop(name: str, bottom: str, top: str, region: Region) -> Layer:
-    p = ParamDict()
-    p.set(9, [region.top, region.left])  # numpy-style starts, ends and axes (h, w of a c,h,w blob)
-    p.set(10, [region.bottom, region.right])
-    p.set(11, [1, 2])
-    return Layer("Crop", name, [bottom], [top], p)
+    return numpy_crop(name, bottom, top, [region.top, region.left], [region.bottom, region.right], [1, 2])
 
 
 def _axis(axis: int) -> ParamDict:
