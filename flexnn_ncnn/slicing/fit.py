@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import planning
+from .. import planning, sidecar
 from ..analysis import analyze
 from ..cli import UserError
 from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
@@ -115,7 +115,6 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
     """(the fitting slicing, 0, what it holds beside the arena), or (None, the smallest feasible budget
     any attempt's plan reported, the bytes its last attempt measured beside the arena); the reserve
     starts at `beside`. Each attempt that misses is put in `named` under the budget its plan named."""
-    input_shapes = {name: tuple(shapes[name].numpy()) for name in graph.inputs}
     meter = LayerMeter(options)
     reserve = beside
     smallest = 0  # the smallest feasible budget an attempt's plan reported (0: none yet)
@@ -137,9 +136,8 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
                 reserve -= step
                 continue
             break  # the slicer cannot cut further
-        sliced_param, sliced_bin, _ = write_sliced(result, scratch, f"attempt{attempt}")
         try:
-            prepared = prepare_model(sliced_param, sliced_bin, budget, input_shapes, options)
+            prepared = _prepared(result, budget, graph, shapes, options, scratch, f"attempt{attempt}")
             return result, 0, prepared.reserved_bytes + planning.ARENA_MARGIN
         except planning.InfeasibleBudget as e:
             if not e.min_feasible_budget:
@@ -231,10 +229,13 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
             missed = named.pop(need)  # tried once: measured again, a slicing that needs more is no candidate
             result = slice_model(param, modelbin, graph, shapes, missed.budget, target, missed.reserve, stream=stream,
                                  measure=meter.cost, tiler=tiler)
-            if _plans(result, budget, graph, shapes, options, scratch):
-                log.info("%s fits with the slicing an attempt at %s planned for %s", format_size(budget),
-                         format_size(missed.budget), format_size(need))
-                return result
+            try:
+                _prepared(result, budget, graph, shapes, options, scratch, "named")
+            except planning.InfeasibleBudget:
+                continue
+            log.info("%s fits with the slicing an attempt at %s planned for %s", format_size(budget),
+                     format_size(missed.budget), format_size(need))
+            return result
         return None
 
     def fit(budget: int) -> SlicingResult:
@@ -292,13 +293,10 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
     return SmallestBudget(high, best, tuple(probes), time.monotonic() - started)
 
 
-def _plans(result: SlicingResult, budget: int, graph: Graph, shapes: dict[str, BlobShape], options: RuntimeOptions,
-           scratch: Path) -> bool:
-    """Whether `result`, prepared here again, plans within `budget`."""
-    sliced_param, sliced_bin, _ = write_sliced(result, scratch, "named")
-    try:
-        prepare_model(sliced_param, sliced_bin, budget, {name: tuple(shapes[name].numpy()) for name in graph.inputs},
-                      options)
-    except planning.InfeasibleBudget:
-        return False
-    return True
+def _prepared(result: SlicingResult, budget: int, graph: Graph, shapes: dict[str, BlobShape], options: RuntimeOptions,
+              scratch: Path, stem: str) -> sidecar.Sidecar:
+    """`result` written to `scratch` as `stem`, prepared here and planned for `budget`; raises
+    InfeasibleBudget when it does not plan within it."""
+    sliced_param, sliced_bin, _ = write_sliced(result, scratch, stem)
+    return prepare_model(sliced_param, sliced_bin, budget, {name: tuple(shapes[name].numpy()) for name in graph.inputs},
+                         options)
