@@ -92,6 +92,19 @@ def test_a_weight_is_loaded_into_bytes_freed_by_the_layer_before_its_own() -> No
         assert 0 <= comp < load
 
 
+def test_the_smallest_budget_packs_nested_lifetimes_at_their_peak() -> None:
+    # four activations whose lives nest: the layer-order pass (activations at whichever end keeps
+    # their side lower) leaves a gap the last one does not fit, and needs 13,312 B, as algorithm1
+    # still does; FlexNN lays them out by size there and fits the peak of step 3 (4096 + 4096 + 3072)
+    profile = Profile((TensorUse(0, "activation", 0, 4096, 0, 3), TensorUse(1, "activation", 0, 2048, 1, 2),
+                       TensorUse(2, "activation", 0, 4096, 2, 3), TensorUse(3, "activation", 0, 3072, 3, 3)),
+                      (LayerCost(1.0, 1.0),) * 4)
+    assert planning.min_feasible_budget(profile, "algorithm1") == 13312
+    minimum = planning.min_feasible_budget(profile)
+    assert minimum == planning.lower_bound(profile) == 11264
+    assert_tight(profile, "flexnn", minimum)
+
+
 def test_a_generous_budget_preloads_with_algorithm1_and_pins_with_flexnn() -> None:
     profile = chain_profile()
     weights = [i for i, t in enumerate(profile.tensors) if t.role == "weight"]

@@ -82,6 +82,47 @@ Status does_not_fit(const LayoutInput& in, int tensor, const LayoutRequest& requ
                          std::to_string(request.capacity) + " B");
 }
 
+// Greedy by size: every non-pinned tensor over [first_use, last_use + 1), the largest (bytes x
+// steps) first, at the lowest offset free over its steps. A weight's load then waits for the latest
+// computation that last used bytes it is laid over, as in place_layer.
+Status lay_out_by_size(const LayoutInput& in, const LayoutRequest& request, const std::vector<char>& pinned, Occupancy& occupancy,
+                       std::vector<Placement>& placements)
+{
+    const std::vector<TensorUse>& tensors = in.profile.tensors;
+    std::vector<int> order;
+    for (int i = 0; i < static_cast<int>(tensors.size()); i++)
+    {
+        if (tensors[i].role != Role::Weight || !pinned[tensors[i].layer])
+            order.push_back(i);
+    }
+    // the largest areas of the address x step plane first: long-lived and large tensors settle low,
+    // the short ones fill the gaps between them
+    std::vector<double> area(tensors.size());
+    for (int i : order)
+        area[i] = double(in.sizes[i]) * (tensors[i].last_use - tensors[i].first_use + 1);
+    std::sort(order.begin(), order.end(), [&area](int a, int b) { return area[a] != area[b] ? area[a] > area[b] : a < b; });
+    for (int i : order)
+    {
+        const TensorUse& t = tensors[i];
+        uint64_t offset = 0;
+        if (!occupancy.find(in.sizes[i], in.aligns[i], t.first_use, t.last_use + 1, Fit::Lowest, offset))
+            return does_not_fit(in, i, request);
+        occupancy.add({offset, offset + in.sizes[i], t.first_use, t.last_use + 1});
+        placements[i].offset = offset;
+    }
+    for (int layer = 0; layer < static_cast<int>(in.weights.size()); layer++)
+    {
+        if (pinned[layer])
+            continue;
+        int load_after = -1;
+        for (int i : in.weights[layer])
+            load_after = std::max(load_after, occupancy.last_end_before(placements[i].offset, placements[i].offset + in.sizes[i], layer) - 1);
+        for (int i : in.weights[layer])
+            placements[i].load_after = load_after;
+    }
+    return Status();
+}
+
 } // namespace
 
 LayoutInput::LayoutInput(const Profile& p, uint64_t a, bool m)
@@ -139,6 +180,8 @@ Status lay_out(const LayoutInput& in, const LayoutRequest& request, std::vector<
     if (floor > request.capacity)
         return Status::error("the pinned weights (" + std::to_string(floor) + " B) do not fit in " + std::to_string(request.capacity) + " B");
     Occupancy occupancy(floor, request.capacity, layer_count);
+    if (request.by_size)
+        return lay_out_by_size(in, request, pinned, occupancy, placements);
 
     // activations first, each at the end of the arena where it keeps its side lower (zoned: the bottom)
     const Fits fits = fits_for(in, request);

@@ -4,7 +4,8 @@
 // One pass of the paper's Algorithm 1 at one arena capacity: pinned weights stacked from address 0,
 // activations first at both ends of the rest, then per layer its weights with the earliest
 // feasible preload and its intermediates; a layer that does not fit is laid out again without
-// preloading; a layer that still does not fit fails the pass.
+// preloading; a layer that still does not fit fails the pass. Or (LayoutRequest::by_size) every
+// tensor placed by size, largest first, none preloaded.
 
 #include "planner/plan.h"
 #include "planner/profile.h"
@@ -39,6 +40,10 @@ struct LayoutRequest
     // a mapped input: records from the top of the arena, every other tensor from the bottom
     // (layout.cpp's fits_for); off, or not mapped: the algorithm's fit for all
     bool zoned = false;
+    // every tensor at its first use, the largest first, each at the lowest offset free over its
+    // steps (no preloading): packs closer to the live-bytes lower bound where the layer-order pass
+    // leaves gaps no later tensor fits
+    bool by_size = false;
 };
 
 // Fills `placements` (parallel to the profile's tensors) with offsets and load times, or returns
