@@ -88,24 +88,43 @@ class LayerCost:
     compute_us: float  # the layer's computation
 
 
-@dataclass(frozen=True)
 class Profile:
-    """What one sequential inference allocates and when (layers in execution order)."""
+    """What one sequential inference allocates and when (layers in execution order), held as the
+    columns `_planner` takes: an int64 row per tensor (TENSOR_FIELDS, the role as its index in ROLES)
+    and a float64 (load_us, compute_us) row per step. A sidecar's profile parses into these two
+    arrays, not an object per tensor (a Session's resident memory keeps what loading its sidecar
+    touched); `tensors` and `layers` are made from them when asked."""
 
-    tensors: tuple[TensorUse, ...]
-    layers: tuple[LayerCost, ...]
+    def __init__(self, tensors: Sequence[TensorUse], layers: Sequence[LayerCost]):
+        table = [[getattr(t, name) for t in tensors] for name in TENSOR_FIELDS]
+        table[list(TENSOR_FIELDS).index("role")] = [ROLES.index(t.role) for t in tensors]
+        self.columns = (_table(table, np.int64, "profile"),
+                        _table([[getattr(c, name) for c in layers] for name in LAYER_FIELDS], np.float64, "profile"))
+        self.__dict__["tensors"], self.__dict__["layers"] = tuple(tensors), tuple(layers)
+
+    @classmethod
+    def from_columns(cls, tensors: np.ndarray, layers: np.ndarray) -> Profile:
+        profile = cls.__new__(cls)
+        profile.columns = (tensors, layers)
+        return profile
 
     @functools.cached_property
-    def columns(self) -> tuple[np.ndarray, np.ndarray]:
-        """The form `_planner` takes (computed once: re-planning one profile skips it): an int64 row per
-        tensor (TENSOR_FIELDS, the role as its index in ROLES) and a float64 (load_us, compute_us) row per step."""
-        try:
-            tensors = np.array([(t.layer, ROLES.index(t.role), t.ordinal, t.size, t.first_use, t.last_use, t.transformed)
-                                for t in self.tensors], dtype=np.int64).reshape(-1, len(TENSOR_FIELDS))
-        except OverflowError as e:
-            raise UserError(f"a profile number is out of the planner's range ({e})") from None
-        layers = np.array([(c.load_us, c.compute_us) for c in self.layers], dtype=np.float64).reshape(-1, len(LAYER_FIELDS))
-        return tensors, layers
+    def tensors(self) -> tuple[TensorUse, ...]:
+        return tuple(TensorUse(l, ROLES[r], o, s, f, u, bool(t)) for l, r, o, s, f, u, t in self.columns[0].tolist())
+
+    @functools.cached_property
+    def layers(self) -> tuple[LayerCost, ...]:
+        return tuple(LayerCost(load, compute) for load, compute in self.columns[1].tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Profile):
+            return NotImplemented
+        return all(np.array_equal(a, b) for a, b in zip(self.columns, other.columns))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Profile({len(self.columns[0])} tensors, {len(self.columns[1])} layers)"
 
     def validate(self) -> None:
         message = _planner_call("validate_profile", *self.columns)
@@ -113,19 +132,31 @@ class Profile:
             raise UserError(message)
 
     def to_dict(self) -> dict[str, Any]:
-        """Columns, one list per field: a large profile parses into few objects (a Session's resident
-        memory keeps what parsing it touched)."""
-        return {"layers": {name: [getattr(c, name) for c in self.layers] for name in LAYER_FIELDS},
-                "tensors": {name: [getattr(t, name) for t in self.tensors] for name in TENSOR_FIELDS}}
+        """Columns, one list per field (the roles by name)."""
+        tensors, layers = self.columns
+        table = {name: tensors[:, k].tolist() for k, name in enumerate(TENSOR_FIELDS)}
+        table["role"] = [ROLES[r] for r in table["role"]]
+        table["transformed"] = [bool(t) for t in table["transformed"]]
+        return {"layers": {name: layers[:, k].tolist() for k, name in enumerate(LAYER_FIELDS)}, "tensors": table}
 
     @staticmethod
-    def from_dict(d: Mapping[str, Any], where: str = "profile") -> "Profile":
+    def from_dict(d: Mapping[str, Any], where: str = "profile") -> Profile:
         layers = _columns(_field(d, "layers", dict, where), LAYER_FIELDS, f"{where}.layers")
         tensors = _columns(_field(d, "tensors", dict, where), TENSOR_FIELDS, f"{where}.tensors", {"size": 1})
-        for i, role in enumerate(tensors[1]):
+        roles = list(TENSOR_FIELDS).index("role")
+        for i, role in enumerate(tensors[roles]):
             if role not in ROLES:
                 raise UserError(f"{where}.tensors.role[{i}] is {role!r}, not one of {', '.join(ROLES)}")
-        return Profile(tuple(TensorUse(*row) for row in zip(*tensors)), tuple(LayerCost(*row) for row in zip(*layers)))
+        tensors[roles] = [ROLES.index(role) for role in tensors[roles]]
+        return Profile.from_columns(_table(tensors, np.int64, where), _table(layers, np.float64, where))
+
+
+def _table(columns: list[list[Any]], dtype: type, where: str) -> np.ndarray:
+    """Equal-length `columns` as a C-contiguous array of `dtype`, a row per entry; a number past it is a UserError."""
+    try:
+        return np.ascontiguousarray(np.array(columns, dtype=dtype).reshape(len(columns), -1).T)
+    except OverflowError as e:
+        raise UserError(f"a {where} number is out of the planner's range ({e})") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +311,7 @@ def pinned_bytes(profile: Profile, plan: Plan) -> int:
 
 def has_transformed(profile: Profile) -> bool:
     """Whether some weight of `profile` is a transformed record (a mapped plan maps it in place)."""
-    return any(t.transformed for t in profile.tensors)
+    return bool(profile.columns[0][:, list(TENSOR_FIELDS).index("transformed")].any())
 
 
 def plan_for_budget(profile: Profile, budget: int, algorithm: str = "flexnn", reserved: int = 0, mapped: bool = False) -> Plan:

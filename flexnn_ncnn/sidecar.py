@@ -25,7 +25,7 @@ from . import __version__, fetch, patches, planning
 from .cli import UserError
 from .files import atomic_write, sampled_digest
 from .jsonfields import field as _field
-from .planning import Plan, Profile
+from .planning import ROLES, TENSOR_FIELDS, Plan, Profile
 
 SCHEMA = "flexnn-plan"
 SCHEMA_VERSION = 7  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
@@ -214,10 +214,13 @@ class Sidecar:
         """The profile is well formed, fits the schedule and the inputs, and every stored plan passes the
         checker."""
         self.profile.validate()
-        if len(self.profile.layers) != len(self.schedule.order) + 2:
-            raise UserError(f"profile.layers has {len(self.profile.layers)} steps, the schedule {len(self.schedule.order) + 2} "
+        tensors, layers = self.profile.columns
+        if len(layers) != len(self.schedule.order) + 2:
+            raise UserError(f"profile.layers has {len(layers)} steps, the schedule {len(self.schedule.order) + 2} "
                             "(inputs, one per computed layer, outputs)")
-        copies = {t.ordinal: t.size for t in self.profile.tensors if t.layer == 0 and t.role == "activation"}
+        layer, role, ordinal, size = (list(TENSOR_FIELDS).index(name) for name in ("layer", "role", "ordinal", "size"))
+        inputs = tensors[(tensors[:, layer] == 0) & (tensors[:, role] == ROLES.index("activation"))]
+        copies = dict(zip(inputs[:, ordinal].tolist(), inputs[:, size].tolist()))
         for k, (name, shape) in enumerate(self.inputs.items()):
             # the input's copy into the arena: its floats, each channel (the last of w, h, (d,) c) rounded
             # up to 16 B, and NCNN's refcount

@@ -72,7 +72,7 @@ def test_a_tensor_dying_at_step_t_shares_bytes_with_one_born_at_t() -> None:
     assert [p.offset for p in plan.tensors] == [0, 0]
     planning.check_plan(touching, plan)
     # one step longer and they overlap in time: sharing is refused by planner and checker alike
-    overlapping = dataclasses.replace(touching, tensors=(TensorUse(0, "activation", 0, 4096, 0, 1), touching.tensors[1]))
+    overlapping = Profile((TensorUse(0, "activation", 0, 4096, 0, 1), touching.tensors[1]), touching.layers)
     with pytest.raises(InfeasibleBudget) as e:
         planning.make_plan(overlapping, 4096)
     assert e.value.min_feasible_budget == 8192

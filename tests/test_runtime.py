@@ -415,7 +415,7 @@ def test_a_canary_catches_a_plan_whose_lifetime_is_wrong(tmp_path: Path) -> None
     for k, t in enumerate(tensors):
         if t.role != "activation" or t.last_use <= t.first_use + 1:
             continue
-        shortened = dataclasses.replace(content.profile, tensors=tensors[:k] + (dataclasses.replace(t, last_use=t.first_use),) + tensors[k + 1:])
+        shortened = planning.Profile(tensors[:k] + (dataclasses.replace(t, last_use=t.first_use),) + tensors[k + 1:], content.profile.layers)
         plan = planning.plan_for_budget(shortened, planning.min_feasible_budget(shortened) + ARENA_MARGIN + content.reserved_bytes,
                                         reserved=content.reserved_bytes)
         if _overlapped_when_shortened(content.profile, plan, k):
