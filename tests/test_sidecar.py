@@ -34,6 +34,15 @@ def test_round_trip_is_exact(saved: tuple[sidecar.Sidecar, Path]) -> None:
     assert data["plan"]["budget"] == 64_000 and len(data["plan"]["tensors"]["offset"]) == len(data["profile"]["tensors"]["size"])
 
 
+def test_loading_makes_no_object_per_tensor(saved: tuple[sidecar.Sidecar, Path]) -> None:
+    # a Session keeps what loading its sidecar touched: the profile is parsed into the planner's
+    # columns and validated on them; per-tensor objects exist only once something asks for them
+    sc, path = saved
+    loaded = sidecar.load(path)
+    assert "tensors" not in vars(loaded.profile) and "layers" not in vars(loaded.profile)
+    assert loaded.profile.tensors == sc.profile.tensors and loaded.profile.layers == sc.profile.layers
+
+
 @pytest.mark.parametrize("expected, field", [
     (sidecar.Expected(param_sha256="c" * 64), "model.param_sha256"),
     (sidecar.Expected(bin_digest="4096:" + "c" * 64), "model.bin_digest"),
