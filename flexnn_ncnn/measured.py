@@ -43,6 +43,22 @@ def build_key(native_module_path: str) -> str:
     return f"{sampled_digest(Path(native_module_path))}|{sys.implementation.cache_tag}"
 
 
+def source_digest(package: Path) -> str:
+    """The .py files under `package`: their paths and bytes."""
+    digest = hashlib.sha256()
+    for source in sorted(package.rglob("*.py")):
+        digest.update(source.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@functools.cache
+def python_key() -> str:
+    """This package's Python code: what a Session holds beside the arena depends on it too (how the
+    sidecar is parsed and kept), not only on the native module."""
+    return source_digest(Path(__file__).parent)
+
+
 def _entry(kind: str, key: dict[str, Any]) -> Path:
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
     return cache_dir() / kind / f"{digest}.json"

@@ -86,12 +86,13 @@ def _uncounted_rss_bytes(content: sidecar.Sidecar) -> int:
     """The resident memory running `content` holds beyond the runtime's count, measured in a fresh
     process on a scratch copy of the sidecar (overhead.py) and rounded up to UNCOUNTED_QUANTUM; kept
     (measured.py) by what it depends on: the build, the model's files, whether layers load
-    pre-transformed weights (not that file's bytes, which differ between prepares), the options and
-    the input shapes. So preparing the same files again, here or in another process, plans with the
-    same value: the plan that fitted fits, and the same slice command gives the same answer."""
-    key = {"build": measured.build_key(native.load().__file__), "param": content.model.param_sha256,
-           "bin": content.model.bin_digest, "transformed": bool(content.model.transformed),
-           "target": asdict(content.target), "inputs": content.inputs}
+    pre-transformed weights (not that file's bytes, which differ between prepares), the options, the
+    input shapes and this package's Python code (the session's own objects are part of it). So
+    preparing the same files again, here or in another process, plans with the same value: the plan
+    that fitted fits, and the same slice command gives the same answer."""
+    key = {"build": measured.build_key(native.load().__file__), "python": measured.python_key(),
+           "param": content.model.param_sha256, "bin": content.model.bin_digest,
+           "transformed": bool(content.model.transformed), "target": asdict(content.target), "inputs": content.inputs}
 
     def measure() -> int:
         with tempfile.TemporaryDirectory(prefix="flexnn-overhead-") as scratch:

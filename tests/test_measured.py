@@ -69,3 +69,17 @@ def test_an_unwritable_store_still_answers(tmp_path, monkeypatch, caplog) -> Non
     monkeypatch.setenv(measured.CACHE_ENV, str(blocker / "store"))
     assert measured.recalled("thing", {"k": 1}, lambda: 8) == 8
     assert "cannot keep measurements" in caplog.text
+
+
+def test_the_python_key_follows_the_package_sources(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "a.py").write_text("A = 1\n")
+    (package / "sub" / "b.py").write_text("B = 2\n")
+    (package / "notes.txt").write_text("not code")
+    before = measured.source_digest(package)
+    (package / "notes.txt").write_text("still not code")
+    assert measured.source_digest(package) == before
+    (package / "sub" / "b.py").write_text("B = 3\n")
+    assert measured.source_digest(package) != before
+    assert len(measured.python_key()) == 16
