@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 ROLES = ("weight", "activation", "intermediate")  # index = the C++ Role value
 # the profile's and plan's tables, as the sidecar stores them: a list per field (docs/PLAN_FORMAT.md)
 TENSOR_FIELDS = {"layer": int, "role": str, "ordinal": int, "size": int, "first_use": int, "last_use": int, "transformed": bool}
+TENSOR_COLUMN = {name: k for k, name in enumerate(TENSOR_FIELDS)}  # a field's column in Profile.columns[0]
 LAYER_FIELDS = {"load_us": float, "compute_us": float}
 PLACEMENT_FIELDS = {"offset": int, "load_after": int}
 DEPENDENCY_FIELDS = {"comp": int, "load": int}
@@ -97,7 +98,7 @@ class Profile:
 
     def __init__(self, tensors: Sequence[TensorUse], layers: Sequence[LayerCost]):
         table = [[getattr(t, name) for t in tensors] for name in TENSOR_FIELDS]
-        table[list(TENSOR_FIELDS).index("role")] = [ROLES.index(t.role) for t in tensors]
+        table[TENSOR_COLUMN["role"]] = [ROLES.index(t.role) for t in tensors]
         self.columns = (_table(table, np.int64, "profile"),
                         _table([[getattr(c, name) for c in layers] for name in LAYER_FIELDS], np.float64, "profile"))
         self.__dict__["tensors"], self.__dict__["layers"] = tuple(tensors), tuple(layers)
@@ -143,7 +144,7 @@ class Profile:
     def from_dict(d: Mapping[str, Any], where: str = "profile") -> Profile:
         layers = _columns(_field(d, "layers", dict, where), LAYER_FIELDS, f"{where}.layers")
         tensors = _columns(_field(d, "tensors", dict, where), TENSOR_FIELDS, f"{where}.tensors", {"size": 1})
-        roles = list(TENSOR_FIELDS).index("role")
+        roles = TENSOR_COLUMN["role"]
         for i, role in enumerate(tensors[roles]):
             if role not in ROLES:
                 raise UserError(f"{where}.tensors.role[{i}] is {role!r}, not one of {', '.join(ROLES)}")
@@ -311,7 +312,7 @@ def pinned_bytes(profile: Profile, plan: Plan) -> int:
 
 def has_transformed(profile: Profile) -> bool:
     """Whether some weight of `profile` is a transformed record (a mapped plan maps it in place)."""
-    return bool(profile.columns[0][:, list(TENSOR_FIELDS).index("transformed")].any())
+    return bool(profile.columns[0][:, TENSOR_COLUMN["transformed"]].any())
 
 
 def plan_for_budget(profile: Profile, budget: int, algorithm: str = "flexnn", reserved: int = 0, mapped: bool = False) -> Plan:

@@ -25,7 +25,7 @@ from . import __version__, fetch, patches, planning
 from .cli import UserError
 from .files import atomic_write, sampled_digest
 from .jsonfields import field as _field
-from .planning import ROLES, TENSOR_FIELDS, Plan, Profile
+from .planning import ROLES, TENSOR_COLUMN, Plan, Profile
 
 SCHEMA = "flexnn-plan"
 SCHEMA_VERSION = 7  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
@@ -218,9 +218,9 @@ class Sidecar:
         if len(layers) != len(self.schedule.order) + 2:
             raise UserError(f"profile.layers has {len(layers)} steps, the schedule {len(self.schedule.order) + 2} "
                             "(inputs, one per computed layer, outputs)")
-        layer, role, ordinal, size = (list(TENSOR_FIELDS).index(name) for name in ("layer", "role", "ordinal", "size"))
-        inputs = tensors[(tensors[:, layer] == 0) & (tensors[:, role] == ROLES.index("activation"))]
-        copies = dict(zip(inputs[:, ordinal].tolist(), inputs[:, size].tolist()))
+        column = TENSOR_COLUMN
+        inputs = tensors[(tensors[:, column["layer"]] == 0) & (tensors[:, column["role"]] == ROLES.index("activation"))]
+        copies = dict(zip(inputs[:, column["ordinal"]].tolist(), inputs[:, column["size"]].tolist()))
         for k, (name, shape) in enumerate(self.inputs.items()):
             # the input's copy into the arena: its floats, each channel (the last of w, h, (d,) c) rounded
             # up to 16 B, and NCNN's refcount
