@@ -5,7 +5,8 @@
 // activations first at both ends of the rest, then per layer its weights with the earliest
 // feasible preload and its intermediates; a layer that does not fit is laid out again without
 // preloading; a layer that still does not fit fails the pass. Or (LayoutRequest::by_size) every
-// tensor placed by size, largest first, none preloaded.
+// tensor placed over its own steps by size, largest first; a weight then loads as soon as its bytes
+// are free.
 
 #include "planner/plan.h"
 #include "planner/profile.h"
@@ -40,9 +41,9 @@ struct LayoutRequest
     // a mapped input: records from the top of the arena, every other tensor from the bottom
     // (layout.cpp's fits_for); off, or not mapped: the algorithm's fit for all
     bool zoned = false;
-    // every tensor at its first use, the largest first, each at the lowest offset free over its
-    // steps (no preloading): packs closer to the live-bytes lower bound where the layer-order pass
-    // leaves gaps no later tensor fits
+    // every tensor over its own steps, the largest first, each at the lowest offset free there:
+    // packs closer to the live-bytes lower bound where the layer-order pass leaves gaps no later
+    // tensor fits
     bool by_size = false;
 };
 

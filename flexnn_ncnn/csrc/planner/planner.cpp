@@ -20,7 +20,7 @@ uint64_t usable(uint64_t budget, uint64_t alignment)
 
 // make_plan's first layout at `budget`, unpinned: zoned when the input is mapped, else (or when
 // that does not fit) the algorithm's fit for all; when neither fits, FlexNN's tensors by size
-// without preloading (the smallest budgets). `request` becomes the one laid out.
+// (the smallest budgets). `request` becomes the one laid out.
 Status first_layout(const LayoutInput& in, uint64_t budget, Algorithm algorithm, LayoutRequest& request,
                     std::vector<Placement>& placements)
 {
@@ -34,7 +34,6 @@ Status first_layout(const LayoutInput& in, uint64_t budget, Algorithm algorithm,
     if (!fit.ok() && algorithm == Algorithm::FlexNN)
     {
         LayoutRequest by_size = request;
-        by_size.preload = false;
         by_size.by_size = true;
         if (lay_out(in, by_size, placements).ok())
         {
