@@ -46,10 +46,11 @@ def resident_by_mapping() -> dict[str, int]:
     `[anon]` for every anonymous mapping (the arena, Python's allocator, thread stacks)."""
     totals: dict[str, int] = {}
     name = "[anon]"
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        fields = line.split()
-        if fields and "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header line
-            name = Path(fields[5]).name if len(fields) > 5 and fields[5].startswith("/") else (fields[5] if len(fields) > 5 else "[anon]")
-        elif fields and fields[0] == "Rss:":
-            totals[name] = totals.get(name, 0) + int(fields[1]) * 1024
+    with open("/proc/self/smaps") as smaps:  # a line at a time: reading it must not grow what it measures
+        for line in smaps:
+            fields = line.split()
+            if fields and "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header line
+                name = Path(fields[5]).name if len(fields) > 5 and fields[5].startswith("/") else (fields[5] if len(fields) > 5 else "[anon]")
+            elif fields and fields[0] == "Rss:":
+                totals[name] = totals.get(name, 0) + int(fields[1]) * 1024
     return totals
