@@ -17,6 +17,10 @@ functions a process runs lie decides its resident code, which counts in the memo
 The hot list names functions of one instruction set's variant as measured; `generic()` writes the
 extension out of them (`convolution_x86{isa}.cpp.o`, `_ZN4ncnn{Convolution_x86}...`) so they apply to
 the same functions of every other variant.
+
+The hot list is measured on a third copy (`page_aligned()`): every function section aligned to a
+page, so each page of that build's code holds one function and the pages a model runs name exactly
+the functions it ran (code_trace.py).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ _LENGTH = re.compile(r"(?<![0-9])([1-9][0-9]*)")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 ISA = "{isa}"
 SORTED = ".text.sorted."
+PAGE = 4096  # the code tracer's unit: what the MMU maps and protects
 
 # a hot function: (member, section), generic() over instruction sets
 HotEntry = tuple[str, str]
@@ -167,6 +172,31 @@ def lay_out(built: Path, installed: Path, ar: str, objcopy: str, hot: Sequence[H
     stamp_path.write_text(_stamp(installed, hot))
     log.info("%s: %d objects grouped by instruction set, %d hot functions first", installed, len(members),
              sum(len(s) for s in renames.values()))
+    return True
+
+
+def page_aligned(built: Path, out: Path, ar: str, objcopy: str) -> bool:
+    """Write the archive `built` to `out` with every code section (`.text*`) aligned to a page: linked,
+    no two functions share a page. A stamp beside `out` skips a copy already made from this `built`.
+    Returns whether anything changed."""
+    stamp_path = out.with_name(out.name + ".aligned.json")
+    stat = built.stat()
+    stamp = json.dumps({"built": str(built), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "page": PAGE})
+    if out.exists() and stamp_path.exists() and stamp_path.read_text() == stamp:
+        return False
+    members = subprocess.run([ar, "t", str(built)], capture_output=True, text=True, check=True).stdout.split()
+    if len(set(members)) != len(members):
+        raise ValueError(f"{built} holds two objects of one name: extracting it would lose one")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".aligned-") as tmp:
+        subprocess.run([ar, "x", str(built)], cwd=tmp, check=True)
+        for member in members:
+            subprocess.run([objcopy, "--set-section-alignment", f".text*={PAGE}", member], cwd=tmp, check=True)
+        aligned = Path(tmp) / out.name
+        subprocess.run([ar, "rcs", str(aligned), *members], cwd=tmp, check=True)
+        os.replace(aligned, out)
+    stamp_path.write_text(stamp)
+    log.info("%s: %d objects, every function on pages of its own", out, len(members))
     return True
 
 

@@ -54,6 +54,9 @@ SANITIZER_NCNN_ARGS = ["-DNCNN_SIMPLEOMP=ON", "-DNCNN_RUNTIME_CPU=OFF", "-DNCNN_
 
 # The functions models run, measured on a target's build (code_trace.py), laid out first in its NCNN.
 HOT_LISTS = {"host": Path(__file__).parent / "hot_code" / "x86.txt"}
+# The code tracer's build (code_trace.py): the host build's NCNN objects, every function on pages of its
+# own (archive_layout.page_aligned), linked into a Python module of its own; nothing compiled again.
+CODE_TRACE_BUILD = "host-trace"
 
 # What none of the targets needs from NCNN's tree (the sdist has no tools/, benchmark/ or tests/).
 NCNN_COMMON_ARGS = [
@@ -245,9 +248,35 @@ def python_modules(build_dir: Path) -> list[Path]:
     return sorted(p for p in build_dir.rglob(f"_*{suffix}") if "CMakeFiles" not in p.parts)
 
 
-def build(target_name: str, build_root: Path = BUILD_ROOT, dry_run: bool = False, sanitizer: str | None = None) -> Path:
-    """Build `target_name`; returns its build root. With `dry_run`, print the commands instead."""
+def build_code_trace(build_root: Path, host_steps: Sequence[Step]) -> Path:
+    """The code tracer's module, from the host build `host_steps` made: its NCNN install copied to
+    build/host-trace/install with the archive page-aligned, the module linked against it in
+    build/host-trace/native (never copied into the package). Returns that folder."""
+    ncnn, native = host_steps
+    assert ncnn.layout is not None
+    built, installed = ncnn.layout
+    root = build_root / CODE_TRACE_BUILD
+    prefix = root / "install"
+    # the headers and CMake files as installed (their times kept, so nothing recompiles), the archive aligned
+    shutil.copytree(installed.parent.parent, prefix, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns(installed.name, installed.name + ".*"))
+    if archive_layout.page_aligned(built, prefix / "lib" / installed.name, _cache_value(ncnn.build_dir, "CMAKE_AR"),
+                                   _cache_value(ncnn.build_dir, "CMAKE_OBJCOPY")):
+        print(f"==> {prefix / 'lib' / installed.name}: every function on pages of its own", flush=True)
+    args = [f"-Dncnn_DIR={prefix / 'lib' / 'cmake' / 'ncnn'}" if a.startswith("-Dncnn_DIR=") else a for a in native.args]
+    step = Step(f"flexnn native ({CODE_TRACE_BUILD})", NATIVE_SOURCE, root / "native", args, ["_native"])
+    print(f"==> {step.title}: {step.build_dir}", flush=True)
+    run_step(step)
+    return step.build_dir
+
+
+def build(target_name: str, build_root: Path = BUILD_ROOT, dry_run: bool = False, sanitizer: str | None = None,
+          code_trace: bool = False) -> Path:
+    """Build `target_name`; returns its build root. With `dry_run`, print the commands instead. With
+    `code_trace` (host), also the code tracer's module (build_code_trace)."""
     target = resolve_target(target_name)
+    if code_trace and (not target.is_host or sanitizer):
+        raise UserError("--code-trace goes with the host build only")
     if sanitizer:
         if not target.is_host:
             raise UserError(f"sanitizer builds are host-only, not {target_name}")
@@ -265,6 +294,9 @@ def build(target_name: str, build_root: Path = BUILD_ROOT, dry_run: bool = False
         for step in steps:
             print(shlex.join(step.configure_command()))
             print(shlex.join(step.build_command()))
+        if code_trace:
+            print(f"# page-align NCNN's archive into {build_root / CODE_TRACE_BUILD / 'install'} and link _native "
+                  f"against it in {build_root / CODE_TRACE_BUILD / 'native'}")
         return build_root / target.build_name
     for tool in ("cmake", "ninja", "git"):
         if shutil.which(tool) is None:
@@ -283,6 +315,8 @@ def build(target_name: str, build_root: Path = BUILD_ROOT, dry_run: bool = False
             shutil.copy2(built, tmp)
             os.replace(tmp, package / built.name)  # atomic: a running interpreter keeps its mapped copy
             print(f"==> python module: {package / built.name}", flush=True)
+    if code_trace:
+        build_code_trace(build_root, steps)
     return build_root / target.build_name
 
 
@@ -299,12 +333,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sanitizer", choices=sorted(SANITIZERS),
                         help="host only: build the runtime's stress program with ThreadSanitizer or AddressSanitizer "
                         "into build/host-tsan or build/host-asan (NCNN with its own OpenMP runtime and a layer subset)")
+    parser.add_argument("--code-trace", action="store_true",
+                        help=f"host: also the code tracer's module, into build/{CODE_TRACE_BUILD}: the same NCNN objects "
+                        "with every function on pages of its own (python -m flexnn_ncnn.code_trace runs it)")
     parser.add_argument("--build-root", type=Path, default=BUILD_ROOT, help="where build trees go (default: %(default)s)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands the build would run, run nothing")
     add_logging_args(parser)
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
-    build(args.target, args.build_root, args.dry_run, args.sanitizer)
+    build(args.target, args.build_root, args.dry_run, args.sanitizer, args.code_trace)
     return 0
 
 

@@ -1,23 +1,23 @@
 """`python -m flexnn_ncnn.code_trace PLAN.json... -o HOT_LIST`: the functions of NCNN that prepared
 models run, measured, most used first: the hot list the build lays out first (archive_layout.py).
 
-Each plan runs (a Session and two inferences on seeded inputs) in a process of its own, with execute
-permission taken from the native module's code (libflexnn_code_trace, built with the host target): the
-first call into each page faults once and is recorded, so the pages a model runs are known exactly,
-not at the kernel's 64 KB fault-around. The module's link map (build/host/native/_native.map) names
-the functions on those pages. The functions more plans ran come first; among as many, those the same
-plans ran lie together.
+Each plan runs (a Session and two inferences on seeded inputs) in a process of its own on the code
+tracer's module (`python -m flexnn_ncnn.build --code-trace`: the host build's NCNN objects with every
+function on pages of its own), with execute permission taken from that module's code
+(libflexnn_code_trace, built with the host target): the first call into each page faults once and is
+recorded. A page there holds one function, so the pages a model runs name exactly the functions it
+ran, not their neighbours nor the kernel's 64 KB fault-around. The module's link map names them. The
+functions more plans ran come first; among as many, those the same plans ran lie together.
 
-Trace a build made with the current list or without one: the list names functions as the compiler
-did (archive_layout.original_name). A traced page also names the functions that share it, so a trace
-of the laid-out build, where those are mostly hot ones, gives a shorter list (scripts/trace_hot_code.sh
-traces three times).
+The list names functions as the compiler did (archive_layout.original_name), so one trace serves
+whatever hot list the host build was laid out with.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import importlib.util
 import json
 import subprocess
 import sys
@@ -29,15 +29,33 @@ import numpy as np
 from tqdm import tqdm
 
 from . import archive_layout, link_map, native
-from .build import BUILD_ROOT
+from .build import BUILD_ROOT, CODE_TRACE_BUILD, python_modules
 from .files import atomic_write
 from .cli import UserError, add_logging_args, child_error, run_main, setup_logging
 
-PAGE = 4096
-HOST_NATIVE = BUILD_ROOT / "host" / "native"
-TRACER = HOST_NATIVE / "tools" / "libflexnn_code_trace.so"
-LINK_MAP = HOST_NATIVE / "_native.map"
+PAGE = archive_layout.PAGE
+TRACER = BUILD_ROOT / "host" / "native" / "tools" / "libflexnn_code_trace.so"
+TRACE_NATIVE = BUILD_ROOT / CODE_TRACE_BUILD / "native"
+LINK_MAP = TRACE_NATIVE / "_native.map"
 NCNN_ARCHIVE = "libncnn.a"
+
+
+def trace_module(native_dir: Path = TRACE_NATIVE) -> Path:
+    """The `_native` module the code tracer's build made in `native_dir`."""
+    found = [p for p in python_modules(native_dir) if p.name.startswith("_native.")]
+    if not found:
+        raise UserError(f"no code tracer's module in {native_dir}: run `python -m flexnn_ncnn.build --code-trace`")
+    return found[0]
+
+
+def _use_module(path: Path) -> None:
+    """Make the module file `path` this process's flexnn_ncnn._native (before anything imports it)."""
+    spec = importlib.util.spec_from_file_location(f"{__package__}._native", path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"{path} is not a Python extension module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[spec.name] = module
 
 
 def _code_mapping(library: str) -> tuple[int, int, int]:
@@ -55,11 +73,14 @@ def _code_mapping(library: str) -> tuple[int, int, int]:
     raise UserError(f"{library} is not mapped executable in this process")
 
 
-def trace_here(plan_path: Path, tracer: Path) -> list[int]:
+def trace_here(plan_path: Path, tracer: Path, module_path: Path | None = None) -> list[int]:
     """The link-map addresses of the native module's code pages a Session on `plan_path` runs, from
-    its creation through two inferences. Ends this process's use of that code for anything else."""
+    its creation through two inferences, on the module file `module_path` (default: the package's).
+    Ends this process's use of that code for anything else."""
     from .session import Session
 
+    if module_path is not None:
+        _use_module(module_path)
     module = native.load()
     lib = ctypes.CDLL(str(tracer))
     lib.code_trace_start.argtypes = [ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p]
@@ -75,9 +96,9 @@ def trace_here(plan_path: Path, tracer: Path) -> list[int]:
     return [start - base + int(i) * PAGE for i in np.flatnonzero(touched)]
 
 
-def trace_in_child(plan_path: Path, tracer: Path) -> list[int]:
-    proc = subprocess.run([sys.executable, "-m", __spec__.name, "--child", "--tracer", str(tracer), str(plan_path)],
-                          capture_output=True, text=True)
+def trace_in_child(plan_path: Path, tracer: Path, module_path: Path) -> list[int]:
+    proc = subprocess.run([sys.executable, "-m", __spec__.name, "--child", "--tracer", str(tracer), "--module",
+                           str(module_path), str(plan_path)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise UserError(f"tracing {plan_path}: {child_error(proc)}")
     return json.loads(proc.stdout)
@@ -109,22 +130,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.code_trace", description=__doc__.split("\n\n")[0])
     parser.add_argument("plans", nargs="+", type=Path, metavar="PLAN.json", help="prepared sidecars to run (never modified)")
     parser.add_argument("-o", "--output", type=Path, help="the hot list to write, e.g. flexnn_ncnn/hot_code/x86.txt")
-    parser.add_argument("--link-map", type=Path, default=LINK_MAP, help=f"the native module's link map (default: {LINK_MAP})")
+    parser.add_argument("--module", type=Path,
+                        help=f"the native module to run (default: the code tracer's, in {TRACE_NATIVE})")
+    parser.add_argument("--link-map", type=Path,
+                        help="that module's link map (default: the _native.map beside it)")
     parser.add_argument("--tracer", type=Path, default=TRACER, help=f"libflexnn_code_trace (default: {TRACER})")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     add_logging_args(parser)
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
     if args.child:
-        print(json.dumps(trace_here(args.plans[0], args.tracer)), flush=True)
+        print(json.dumps(trace_here(args.plans[0], args.tracer, args.module)), flush=True)
         return 0
     if args.output is None:
         raise UserError("-o/--output is required")
-    for path in (args.link_map, args.tracer):
+    module = args.module or trace_module()
+    link_map_path = args.link_map or module.with_name("_native.map")
+    for path in (module, link_map_path, args.tracer):
         if not path.exists():
-            raise UserError(f"{path} does not exist: run `{native.REBUILD}`")
-    sections = link_map.text_sections(args.link_map)
-    runs = [link_map.sections_on_pages(sections, trace_in_child(plan, args.tracer), PAGE)
+            raise UserError(f"{path} does not exist: run `python -m flexnn_ncnn.build --code-trace`")
+    sections = link_map.text_sections(link_map_path)
+    runs = [link_map.sections_on_pages(sections, trace_in_child(plan, args.tracer, module), PAGE)
             for plan in tqdm(args.plans, desc="trace", unit="plan", disable=None)]
     entries = hot_list(runs)
     size = sum(s.size for s in {s for run in runs for s in run if movable(s)})

@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Measures the hot list the host build lays out first (flexnn_ncnn/hot_code/x86.txt; docs/RUNTIME.md,
-# "Where the code lies"): NCNN's benchmark structures (random weights) and two zoo models are sliced
-# and prepared in WORK (default build/hot-code), each plan's code is traced, the build lays the list
-# out, and the trace runs again on that build until the list settles (three rounds). Needs the test
-# extras (torch, pnnx) and ../shared/models/ncnn-benchmark. Run it again after a change of NCNN's pin.
+# "Where the code lies"): NCNN's benchmark structures (random weights) and four zoo models are sliced
+# and prepared in WORK (default build/hot-code), each plan runs once on the code tracer's module
+# (every function on pages of its own, so the trace names exactly the functions that ran), and the
+# host build is laid out with the list. Needs the test extras (torch, pnnx) and
+# ../shared/models/ncnn-benchmark. Run it again after a change of NCNN's pin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 WORK=${1:-build/hot-code}
 STRUCTURES="mobilenet_ssd squeezenet_int8 yolo-fastestv2 shufflenet_v2 efficientnet_b0 blazeface googlenet resnet18
-            mobilenet_ssd_int8 mobilenet_v2 alexnet resnet50 squeezenet_ssd"
+            mobilenet_ssd_int8 mobilenet_v2 alexnet resnet50 squeezenet_ssd googlenet_int8"
 # name and budget: each model at 16 MB (or its smallest budget where 16 MB does not fit), ResNet-152 at
-# its smallest (a spatially tiled stem), VGG-19 at 16 MB (tiled too)
-PLANS="$(for s in $STRUCTURES; do echo "bench:$s 16MB"; done; printf 'mobilenetv2 16MB\nsqueezenet 16MB\nresnet152 min\nvgg19 16MB\n')"
+# its smallest (a spatially tiled stem), VGG-19 at 16 MB (tiled too), and the project's YOLO and UNet
+# structures (detection heads, Interp, Deconvolution)
+PLANS="$(for s in $STRUCTURES; do echo "bench:$s 16MB"; done
+         printf 'mobilenetv2 16MB\nsqueezenet 16MB\nresnet152 min\nvgg19 16MB\nstruct:yolov3_tiny 16MB\nstruct:unet 16MB\n')"
 
-"$PYTHON" -m flexnn_ncnn.build --target host
+"$PYTHON" -m flexnn_ncnn.build --target host --code-trace
 mkdir -p "$WORK/models"
 while read -r name budget; do
     stem=${name/:/-}
@@ -25,7 +28,5 @@ while read -r name budget; do
     args=("$WORK/models/$stem.param" --bin "$WORK/models/$stem.bin" --input-shape "$shape" --threads 2 -o "$WORK/$stem")
     "$PYTHON" -m flexnn_ncnn.slice "${args[@]}" --budget "$budget" || "$PYTHON" -m flexnn_ncnn.slice "${args[@]}" --budget min
 done <<< "$PLANS"
-for round in 1 2 3; do
-    "$PYTHON" -m flexnn_ncnn.code_trace "$WORK"/*/*.flexnn.plan.json -o flexnn_ncnn/hot_code/x86.txt
-    "$PYTHON" -m flexnn_ncnn.build --target host
-done
+"$PYTHON" -m flexnn_ncnn.code_trace "$WORK"/*/*.flexnn.plan.json -o flexnn_ncnn/hot_code/x86.txt
+"$PYTHON" -m flexnn_ncnn.build --target host

@@ -1,15 +1,17 @@
 """Where the runtime's code lies (archive_layout.py, code_trace.py): the functions the hot list names are
-linked ahead of NCNN's other code, and the tracer finds the functions a model really runs."""
+linked ahead of NCNN's other code, and the tracer, on a build with every function on pages of its own,
+finds exactly the functions a model runs."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from flexnn_ncnn import code_trace, link_map, sidecar
-from flexnn_ncnn.archive_layout import ISA, read_hot_list
-from flexnn_ncnn.build import HOT_LISTS
+from flexnn_ncnn import code_trace, link_map, native, sidecar
+from flexnn_ncnn.archive_layout import ISA, PAGE, page_aligned, read_hot_list
+from flexnn_ncnn.build import CODE_TRACE_BUILD, HOT_LISTS
 from flexnn_ncnn.prepare import prepare_model, write_plan_file
 
 from helpers import built, run_module
@@ -32,23 +34,58 @@ def test_the_hot_functions_are_linked_ahead_of_ncnns_other_code(text_sections: l
     assert others and max(s.address for s in moved) < min(s.address for s in others)
 
 
-def test_the_tracer_finds_the_functions_a_model_runs(tmp_path: Path, text_sections: list[link_map.InputSection]) -> None:
-    param, bin_, _ = WRITERS["residual"](tmp_path)
-    plan = tmp_path / f"residual{sidecar.SUFFIX}"
+def _residual_plan(folder: Path) -> Path:
+    param, bin_, _ = WRITERS["residual"](folder)
+    plan = folder / f"residual{sidecar.SUFFIX}"
     write_plan_file(prepare_model(param, bin_, None), plan)
-    pages = code_trace.trace_in_child(plan, built("host", "native", "tools", "libflexnn_code_trace.so"))
-    ran = link_map.sections_on_pages(text_sections, pages)
+    return plan
+
+
+def _ncnn_functions_on(sections: list[link_map.InputSection], pages: list[int]) -> dict[int, set[str]]:
+    """For each traced page, the NCNN functions on it."""
+    found: dict[int, set[str]] = {}
+    for page in pages:
+        found[page] = {s.name for s in link_map.sections_on_pages(sections, [page]) if code_trace.movable(s)}
+    return found
+
+
+def test_the_tracer_finds_exactly_the_functions_a_model_runs(tmp_path: Path,
+                                                             text_sections: list[link_map.InputSection]) -> None:
+    plan = _residual_plan(tmp_path)
+    tracer = built("host", "native", "tools", "libflexnn_code_trace.so")
+    module = code_trace.trace_module(built(CODE_TRACE_BUILD, "native"))
+    aligned = link_map.text_sections(module.with_name("_native.map"))
+    pages = code_trace.trace_in_child(plan, tracer, module)
+    ran = link_map.sections_on_pages(aligned, pages)
     members = {s.member.split("_x86")[0].removesuffix(".cpp.o") for s in ran}
     # the residual model's layers, and the runtime's executor
     assert {"convolution", "binaryop", "executor"} <= members
-    # pages, not the kernel's fault-around windows: far less than what one run maps
-    assert 0 < len(pages) * code_trace.PAGE < 2_000_000
+    # one function a page: no neighbour is named for having shared a page with one that ran
+    on_page = _ncnn_functions_on(aligned, pages)
+    assert on_page and all(len(names) <= 1 for names in on_page.values())
+    # where functions share pages (the host build), the same run names more of them
+    host_module = Path(native.load().__file__)
+    shared = link_map.sections_on_pages(text_sections, code_trace.trace_in_child(plan, tracer, host_module))
+    exact = {s.name for s in ran if code_trace.movable(s)}
+    assert exact and len({s.name for s in shared if code_trace.movable(s)}) > len(exact)
+
+
+def test_page_aligned_puts_every_function_on_pages_of_its_own(tmp_path: Path) -> None:
+    source = tmp_path / "two.c"
+    source.write_text("int one(int x) { return x + 1; }\nint two(int x) { return x * 2; }\n")
+    subprocess.run(["cc", "-c", "-O2", "-ffunction-sections", str(source), "-o", str(tmp_path / "two.o")], check=True)
+    subprocess.run(["ar", "rcs", str(tmp_path / "in.a"), "two.o"], cwd=tmp_path, check=True)
+    out = tmp_path / "out" / "aligned.a"
+    assert page_aligned(tmp_path / "in.a", out, "ar", "objcopy")
+    assert not page_aligned(tmp_path / "in.a", out, "ar", "objcopy")  # made once per input
+    headers = subprocess.run(["objdump", "-h", str(out)], capture_output=True, text=True, check=True).stdout
+    text = [line.split() for line in headers.splitlines() if ".text." in line]
+    assert {row[1] for row in text} == {".text.one", ".text.two"}
+    assert all(row[-1] == f"2**{PAGE.bit_length() - 1}" for row in text)
 
 
 def test_code_trace_writes_a_hot_list_read_back_in_rank_order(tmp_path: Path) -> None:
-    param, bin_, _ = WRITERS["residual"](tmp_path)
-    plan = tmp_path / f"residual{sidecar.SUFFIX}"
-    write_plan_file(prepare_model(param, bin_, None), plan)
+    plan = _residual_plan(tmp_path)
     out = tmp_path / "hot.txt"
     proc = run_module("code_trace", str(plan), str(plan), "-o", str(out))
     assert proc.returncode == 0, proc.stderr
