@@ -116,10 +116,17 @@ def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes:
     if options.map_weights and not options.pretransform:
         raise UserError("mapped weights are the pre-transformed ones: --map-weights needs them (drop --no-pretransform)")
     graph = Graph.build(read_param(param))
-    shapes = input_shapes or {name: s.numpy() for name, s in declared_input_shapes(read_param(param), graph).items()}
+    declared = {name: s.numpy() for name, s in declared_input_shapes(read_param(param), graph).items()}
+    shapes = input_shapes or declared
     missing = [name for name in graph.inputs if name not in shapes]
     if missing:
         raise UserError(f"the model does not state the shape of input {missing[0]}: pass --shape")
+    for name, shape in shapes.items():
+        # NCNN would read the input as another rank or channel count than its layers are made for
+        want = declared.get(name)
+        if want is not None and (len(shape) != len(want) or shape[0] != want[0]):
+            raise UserError(f"input '{name}' is given shape {tuple(shape)}, the model declares {tuple(want)} "
+                            f"(numpy order, c, h, w: no batch dimension)")
     rng = np.random.default_rng(seed)
     inputs = {name: rng.standard_normal(shapes[name]).astype(np.float32) for name in graph.inputs}
     module = native.load()

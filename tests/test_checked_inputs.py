@@ -41,6 +41,13 @@ def plan(tmp_path_factory) -> tuple[Path, Path, Path, np.ndarray]:
     return path, param, bin_, x
 
 
+@pytest.mark.parametrize("shape", [(1, 8, 16, 16), (4, 16, 16)])
+def test_prepare_refuses_an_input_shape_of_another_rank_or_channel_count_naming_both(shape, tmp_path: Path) -> None:
+    param, bin_, _ = write_residual(tmp_path)
+    with pytest.raises(UserError, match=r"input 'data' is given shape \(.*\), the model declares \(8, 16, 16\)"):
+        prepare_model(param, bin_, 1 << 30, {"data": shape})
+
+
 @pytest.mark.parametrize("case", sorted(WRONG))
 def test_a_wrong_input_is_refused_by_the_session(case: str, plan) -> None:
     path, param, bin_, x = plan
