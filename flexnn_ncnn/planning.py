@@ -14,7 +14,8 @@ import functools
 import logging
 from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import Any, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -167,9 +168,71 @@ class Placement:
     pinned: bool  # weights only: resident across inferences, never reloaded
 
 
+class Rows(Sequence[Any]):
+    """A read-only sequence over the rows of a C-contiguous int64 table, each row made when read: how
+    a sidecar's plans hold their placements and dependencies (a Session keeps what loading touched,
+    so not an object per tensor). Equal to any sequence of the same items."""
+
+    __slots__ = ("table", "_make")
+
+    def __init__(self, table: np.ndarray, make: Callable[..., Any]):
+        self.table = table
+        self._make = make
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return tuple(self._make(*row) for row in self.table[i].tolist())
+        return self._make(*self.table[i].tolist())
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self._make(*row) for row in self.table.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Rows):
+            return np.array_equal(self.table, other.table)
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Rows({len(self)})"
+
+
+def _placement(offset: int, load_after: int, pinned: int) -> Placement:
+    return Placement(offset, load_after, bool(pinned))
+
+
+def _pair(comp: int, load: int) -> tuple[int, int]:
+    return comp, load
+
+
+def placement_rows(offsets: Sequence[int], load_after: Sequence[int], pinned: Sequence[bool]) -> Rows:
+    """Placements as Rows of an (offset, load_after, pinned) int64 table."""
+    return Rows(_table([list(offsets), list(load_after), [int(p) for p in pinned]], np.int64, "plan"), _placement)
+
+
+def dependency_rows(pairs: Sequence[Sequence[int]]) -> Rows:
+    """(comp, load) pairs as Rows of a two-column int64 table."""
+    return Rows(_table([[p[0] for p in pairs], [p[1] for p in pairs]], np.int64, "plan"), _pair)
+
+
+def _placement_table(tensors: Sequence[Placement]) -> np.ndarray:
+    if isinstance(tensors, Rows):
+        return tensors.table
+    return placement_rows([p.offset for p in tensors], [p.load_after for p in tensors], [p.pinned for p in tensors]).table
+
+
+def _dependency_table(dependencies: Sequence[tuple[int, int]]) -> np.ndarray:
+    return dependencies.table if isinstance(dependencies, Rows) else dependency_rows(dependencies).table
+
+
 @dataclass(frozen=True)
 class Plan:
     """Where each profile tensor lives and when it is claimed; `tensors` is parallel to the profile's.
+    A plan read from a sidecar or made by the planner holds both sequences as Rows.
 
     Runtime contract: load(j) reads layer j's non-pinned weights once computation `comp` of every
     dependency (comp, j) has finished; comp(j) waits for load(j). Pinned weights load once.
@@ -180,8 +243,8 @@ class Plan:
     alignment: int
     arena_bytes: int
     lower_bound: int  # max live bytes without preloading: no layout fits in less
-    tensors: tuple[Placement, ...]
-    dependencies: tuple[tuple[int, int], ...]  # (comp, load), sorted by load
+    tensors: Sequence[Placement]
+    dependencies: Sequence[tuple[int, int]]  # (comp, load), sorted by load
     # the runtime maps each transformed record over its arena bytes (a page-aligned offset, whole
     # pages and the over-read page: planned_bytes in planner/plan.h) instead of reading it there
     mapped: bool
@@ -193,15 +256,16 @@ class Plan:
 
     @property
     def pinned_weights(self) -> list[int]:
-        return [i for i, p in enumerate(self.tensors) if p.pinned]
+        return np.flatnonzero(_placement_table(self.tensors)[:, 2]).tolist()
 
     def to_dict(self) -> dict[str, Any]:
+        table, dependencies = _placement_table(self.tensors), _dependency_table(self.dependencies)
         return {
             "algorithm": self.algorithm, "budget": self.budget, "alignment": self.alignment,
             "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound, "mapped": self.mapped,
-            "tensors": {name: [getattr(p, name) for p in self.tensors] for name in PLACEMENT_FIELDS},
+            "tensors": {name: table[:, k].tolist() for k, name in enumerate(PLACEMENT_FIELDS)},
             "pinned_weights": self.pinned_weights,
-            "dependencies": {name: [d[k] for d in self.dependencies] for k, name in enumerate(DEPENDENCY_FIELDS)},
+            "dependencies": {name: dependencies[:, k].tolist() for k, name in enumerate(DEPENDENCY_FIELDS)},
         }
 
     @staticmethod
@@ -210,32 +274,32 @@ class Plan:
         if algorithm not in PLAN_ALGORITHMS:
             raise UserError(f"{where}.algorithm is {algorithm!r}, not one of {', '.join(PLAN_ALGORITHMS)}")
         offsets, load_after = _columns(_field(d, "tensors", dict, where), PLACEMENT_FIELDS, f"{where}.tensors", {"offset": 0})
-        pinned = set()
+        pinned = [False] * len(offsets)
         for i, index in enumerate(_field(d, "pinned_weights", list, where)):
             if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(offsets):
                 raise UserError(f"{where}.pinned_weights[{i}] is not a tensor index")
-            pinned.add(index)
-        tensors = tuple(Placement(o, l, i in pinned) for i, (o, l) in enumerate(zip(offsets, load_after)))
-        dependencies = zip(*_columns(_field(d, "dependencies", dict, where), DEPENDENCY_FIELDS, f"{where}.dependencies"))
+            pinned[index] = True
+        comp, load = _columns(_field(d, "dependencies", dict, where), DEPENDENCY_FIELDS, f"{where}.dependencies")
         mapped = _field(d, "mapped", bool, where) if "mapped" in d else False
         return Plan(algorithm, _field(d, "budget", int, where, 0), _field(d, "alignment", int, where, 1),
-                    _field(d, "arena_bytes", int, where, 0), _field(d, "lower_bound", int, where, 0), tensors,
-                    tuple(dependencies), mapped)
+                    _field(d, "arena_bytes", int, where, 0), _field(d, "lower_bound", int, where, 0),
+                    placement_rows(offsets, load_after, pinned), dependency_rows(list(zip(comp, load))), mapped)
 
     def columns(self) -> dict[str, Any]:
         """The form `_planner` takes."""
+        table = _placement_table(self.tensors)
         return {
             "algorithm": self.algorithm, "budget": self.budget, "alignment": self.alignment,
             "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound, "mapped": self.mapped,
-            "offsets": [p.offset for p in self.tensors], "load_after": [p.load_after for p in self.tensors],
-            "pinned": [p.pinned for p in self.tensors], "dependencies": list(self.dependencies),
+            "offsets": table[:, 0], "load_after": table[:, 1], "pinned": table[:, 2].astype(bool),
+            "dependencies": _dependency_table(self.dependencies),
         }
 
     @staticmethod
     def from_columns(c: Mapping[str, Any]) -> "Plan":
-        tensors = tuple(Placement(o, l, p) for o, l, p in zip(c["offsets"], c["load_after"], c["pinned"]))
-        return Plan(c["algorithm"], c["budget"], c["alignment"], c["arena_bytes"], c["lower_bound"], tensors,
-                    tuple(tuple(d) for d in c["dependencies"]), bool(c["mapped"]))
+        return Plan(c["algorithm"], c["budget"], c["alignment"], c["arena_bytes"], c["lower_bound"],
+                    placement_rows(c["offsets"], c["load_after"], c["pinned"]), dependency_rows(c["dependencies"]),
+                    bool(c["mapped"]))
 
 
 class InfeasibleBudget(UserError):

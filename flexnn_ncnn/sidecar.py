@@ -19,13 +19,16 @@ import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
 
 from . import __version__, fetch, patches, planning
 from .cli import UserError
 from .files import atomic_write, sampled_digest
 from .jsonfields import field as _field
-from .planning import ROLES, TENSOR_COLUMN, Plan, Profile
+from .planning import ROLES, TENSOR_COLUMN, Plan, Profile, Rows
 
 SCHEMA = "flexnn-plan"
 SCHEMA_VERSION = 7  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
@@ -92,16 +95,28 @@ def _int_list(value: Any, where: str, at_least: int = 0) -> list[int]:
 
 @dataclass(frozen=True)
 class Schedule:
-    """How the runtime walks the model: what prepare recorded on the target (docs/RUNTIME.md)."""
+    """How the runtime walks the model: what prepare recorded on the target (docs/RUNTIME.md). The
+    per-layer sequences are held as Rows of int64 tables, not an object per layer."""
 
     outputs: tuple[str, ...]  # output blobs, extracted in this order
-    order: tuple[int, ...]  # the layer index computed at step s is order[s - 1] (NCNN's own execution order)
-    ranges: tuple[tuple[int, int], ...]  # per layer index: its [begin, end) bytes in the .bin
-    flags: tuple[int, ...]  # per layer index: NCNN's layer flags after create_pipeline (packing, fp16, inplace)
+    order: Sequence[int]  # the layer index computed at step s is order[s - 1] (NCNN's own execution order)
+    ranges: Sequence[tuple[int, int]]  # per layer index: its [begin, end) bytes in the .bin
+    flags: Sequence[int]  # per layer index: NCNN's layer flags after create_pipeline (packing, fp16, inplace)
+
+    def __post_init__(self) -> None:
+        for name, width in (("order", 1), ("ranges", 2), ("flags", 1)):
+            values = getattr(self, name)
+            if not isinstance(values, Rows):
+                object.__setattr__(self, name, _int_rows([list(v) if width == 2 else [v] for v in values], width))
+
+    def executor_columns(self) -> dict[str, Any]:
+        """As the native Executor takes it: the tables themselves."""
+        return {"outputs": list(self.outputs), "order": self.order.table[:, 0], "ranges": self.ranges.table,
+                "flags": self.flags.table[:, 0]}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"outputs": list(self.outputs), "order": list(self.order), "ranges": [list(r) for r in self.ranges],
-                "flags": list(self.flags)}
+        return {"outputs": list(self.outputs), "order": self.order.table[:, 0].tolist(),
+                "ranges": self.ranges.table.tolist(), "flags": self.flags.table[:, 0].tolist()}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any], where: str = "schedule") -> "Schedule":
@@ -118,7 +133,24 @@ class Schedule:
         order = _int_list(_field(d, "order", list, where), f"{where}.order")
         if any(i >= len(ranges) for i in order):
             raise UserError(f"{where}.order names a layer index beyond the {len(ranges)} layers")
-        return Schedule(tuple(outputs), tuple(order), tuple((r[0], r[1]) for r in ranges), tuple(flags))
+        return Schedule(tuple(outputs), _int_rows([[i] for i in order], 1), _int_rows(ranges, 2), _int_rows([[f] for f in flags], 1))
+
+
+def _int_rows(rows: list[list[int]], width: int) -> Rows:
+    """`rows` of `width` integers as Rows (a row of one read as its integer, of two as a pair)."""
+    try:
+        table = np.array(rows, dtype=np.int64).reshape(len(rows), width)
+    except OverflowError as e:
+        raise UserError(f"a schedule number is out of range ({e})") from None
+    return Rows(table, _single if width == 1 else _pair)
+
+
+def _single(value: int) -> int:
+    return value
+
+
+def _pair(begin: int, end: int) -> tuple[int, int]:
+    return begin, end
 
 
 @dataclass(frozen=True)
@@ -159,7 +191,7 @@ class Sidecar:
 
     def executor_schedule(self) -> dict[str, Any]:
         """The schedule as the native Executor takes it."""
-        return {"inputs": list(self.inputs), **self.schedule.to_dict()}
+        return {"inputs": list(self.inputs), **self.schedule.executor_columns()}
 
     def plan_for(self, budget: int) -> Plan | None:
         """The stored plan made for exactly `budget` bytes, if any."""

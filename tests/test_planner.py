@@ -197,7 +197,7 @@ def test_checker_catches_an_unsound_dependency(tight: tuple[Profile, planning.Pl
     too_early = dataclasses.replace(plan, dependencies=plan.dependencies[:-1] + ((comp - 1, load),))
     with pytest.raises(InvalidPlan, match="may overwrite"):
         planning.check_plan(profile, too_early)
-    backwards = dataclasses.replace(plan, dependencies=plan.dependencies + ((load, load),))
+    backwards = dataclasses.replace(plan, dependencies=(*plan.dependencies, (load, load)))
     with pytest.raises(InvalidPlan, match=rf"dependency comp\({load}\) -> load\({load}\) is out of order"):
         planning.check_plan(profile, backwards)
 
