@@ -193,3 +193,10 @@ def test_the_sampled_digest_tells_files_apart_without_reading_them_whole(tmp_pat
     first = sampled_digest(small)
     small.write_bytes(bytes(999) + b"\x01")  # a small file is read whole
     assert sampled_digest(small) != first
+
+
+def test_a_sidecar_parse_shares_one_int_per_distinct_value() -> None:
+    """What loading a sidecar frees stays resident in Python's allocator: its repeated values are one object."""
+    values = sidecar.parse_json('{"size": [100000, 100000, 7], "first_use": [100000]}')
+    assert values["size"][0] is values["size"][1] is values["first_use"][0]
+    assert values == {"size": [100000, 100000, 7], "first_use": [100000]}
