@@ -115,7 +115,7 @@ Status Model::open(const std::string& param_path, const std::string& bin_path, c
             if (!s.ok())
                 return s;
         }
-        layers[i] = new PlannedLayer(*stock, std::move(params[i]), i, hooks);
+        layers[i] = new PlannedLayer(*stock, std::move(params[i]), i, hooks, net_.blobs());
         delete stock; // built by create_layer_cpu, never loaded: nothing registered to destroy it
     }
     return weights_.open(bin_path, direct_io);

@@ -50,16 +50,16 @@ Status LayerParams::parse(const std::string& text, const std::string& layer_name
     return Status();
 }
 
-PlannedLayer::PlannedLayer(const ncnn::Layer& stock, std::string params, int layer_index, ComputeHooks* hooks)
-    : params_(std::move(params)), layer_index_(layer_index), hooks_(hooks)
+PlannedLayer::PlannedLayer(const ncnn::Layer& stock, std::string params, int layer_index, ComputeHooks* hooks,
+                           const std::vector<ncnn::Blob>& blobs)
+    : params_(std::move(params)), layer_index_(layer_index), hooks_(hooks), blobs_(blobs),
+      bounded_(OutputBound::value_dependent(stock.type) ? new Bounded : nullptr)
 {
     typeindex = stock.typeindex;
     type = stock.type;
     name = stock.name;
     bottoms = stock.bottoms;
     tops = stock.tops;
-    bottom_shapes = stock.bottom_shapes;
-    top_shapes = stock.top_shapes;
     featmask = stock.featmask;
     support_vulkan = false;
     set_flags(layer_flags(stock));
@@ -113,8 +113,11 @@ Status PlannedLayer::build(const ncnn::ModelBin& mb, const ncnn::Option& opt, nc
     layer->name = name;
     layer->bottoms = bottoms;
     layer->tops = tops;
-    layer->bottom_shapes = bottom_shapes;
-    layer->top_shapes = top_shapes;
+    // the shape hints as Net::load_param gives a CPU layer: its blobs' shapes
+    for (int b : bottoms)
+        layer->bottom_shapes.push_back(blobs_[b].shape);
+    for (int t : tops)
+        layer->top_shapes.push_back(blobs_[t].shape);
     layer->featmask = featmask;
     LayerParams pd;
     Status s = pd.parse(params_, name);
@@ -122,9 +125,12 @@ Status PlannedLayer::build(const ncnn::ModelBin& mb, const ncnn::Option& opt, nc
         return s;
     if (layer->load_param(pd) != 0)
         return Status::error("layer " + name + ": load_param failed");
-    s = OutputBound::for_layer(type, pd, bound_);
-    if (!s.ok())
-        return Status::error("layer " + name + ": " + s.message());
+    if (bounded_)
+    {
+        s = OutputBound::for_layer(type, pd, bounded_->bound);
+        if (!s.ok())
+            return Status::error("layer " + name + ": " + s.message());
+    }
     TransformedStoreScope scope(store);
     if (layer->load_model(mb) != 0)
         return Status::error("layer " + name + ": load_model failed");
@@ -143,6 +149,9 @@ Status PlannedLayer::build(const ncnn::ModelBin& mb, const ncnn::Option& opt, nc
         layer->destroy_pipeline(opt);
         return Status::error("layer " + name + ": create_pipeline failed");
     }
+    // NCNN reads shape hints in create_pipeline only (Convolution's kernel choice): the next load sets them again
+    std::vector<ncnn::Mat>().swap(layer->bottom_shapes);
+    std::vector<ncnn::Mat>().swap(layer->top_shapes);
     real_ = std::move(layer);
     return Status();
 }
@@ -163,7 +172,8 @@ int PlannedLayer::destroy_pipeline(const ncnn::Option& opt)
 
 void PlannedLayer::release_bounded_top()
 {
-    bounded_.release();
+    if (bounded_)
+        bounded_->top.release();
 }
 
 template<typename Compute>
@@ -175,11 +185,11 @@ int PlannedLayer::compute(const std::vector<ncnn::Mat>* bottoms, const ncnn::Opt
     // NCNN returns its errors, but what it calls may throw (std::bad_alloc): never through NCNN's frames
     try
     {
-        if (!bound_.bounded() || !bottoms)
+        if (!bounded_ || !bounded_->bound.bounded() || !bottoms)
             return hooks_->after_compute(layer_index_, compute(opt));
         ncnn::Option bounded_opt = opt;
-        bounded_opt.blob_allocator = &bounded_;
-        ret = bounded_.reserve(bound_.max_request_bytes(*bottoms), opt.blob_allocator);
+        bounded_opt.blob_allocator = &bounded_->top;
+        ret = bounded_->top.reserve(bounded_->bound.max_request_bytes(*bottoms), opt.blob_allocator);
         if (ret == 0)
             ret = compute(bounded_opt);
     }

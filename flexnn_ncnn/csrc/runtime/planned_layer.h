@@ -4,6 +4,7 @@
 #include "runtime/output_bound.h"
 #include "runtime/status.h"
 
+#include <blob.h>
 #include <datareader.h>
 #include <layer.h>
 #include <modelbin.h>
@@ -56,8 +57,10 @@ public:
 class PlannedLayer : public ncnn::Layer
 {
 public:
-    // params: the layer's param text, which LayerParams::parse accepted
-    PlannedLayer(const ncnn::Layer& stock, std::string params, int layer_index, ComputeHooks* hooks);
+    // params: the layer's param text, which LayerParams::parse accepted; blobs: the Net's, whose shape
+    // hints each load hands the real layer (the Net outlives this layer)
+    PlannedLayer(const ncnn::Layer& stock, std::string params, int layer_index, ComputeHooks* hooks,
+                 const std::vector<ncnn::Blob>& blobs);
     ~PlannedLayer() override;
 
     // Net::clear() calls this: drop the real layer
@@ -91,12 +94,20 @@ private:
     template<typename Compute>
     int compute(const std::vector<ncnn::Mat>* bottoms, const ncnn::Option& opt, Compute&& compute) const;
 
+    // a value-dependent layer's bound (of the real layer's params, set by load) and the slot its top
+    // is served from, held from the forward to the end of the inference
+    struct Bounded
+    {
+        OutputBound bound;
+        BoundedTop top;
+    };
+
     const std::string params_;
     const int layer_index_;
     ComputeHooks* const hooks_;
+    const std::vector<ncnn::Blob>& blobs_;
     std::unique_ptr<ncnn::Layer> real_;
-    OutputBound bound_;          // of the real layer's params, set by load
-    mutable BoundedTop bounded_; // held from the forward to the end of the inference
+    const std::unique_ptr<Bounded> bounded_; // null for a layer whose output size is its inputs' alone
 };
 
 } // namespace flexnn
