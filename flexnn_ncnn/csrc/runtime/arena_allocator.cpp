@@ -9,13 +9,13 @@ ArenaAllocator::ArenaAllocator(Role role, const StepClock& clock, Failure& failu
 {
 }
 
-void ArenaAllocator::bind(unsigned char* base, PlannedBuffers buffers, const std::vector<std::string>* step_names, size_t outside_limit,
+void ArenaAllocator::bind(unsigned char* base, PlannedBuffers buffers, const StepNamer* step_name, size_t outside_limit,
                           ArenaCanary* canary)
 {
     canary_ = base ? canary : nullptr;
     base_ = base;
     buffers_ = std::move(buffers);
-    step_names_ = step_names;
+    step_namer_ = step_name;
     outside_limit_ = outside_limit;
     next_ordinal_.assign(buffers_.size(), 0);
 }
@@ -29,7 +29,7 @@ void ArenaAllocator::begin_inference(std::thread::id owner)
 
 std::string ArenaAllocator::step_name(int step) const
 {
-    return step >= 0 && step < (int)buffers_.size() && step_names_ ? (*step_names_)[step] : "step " + std::to_string(step);
+    return step_namer_ ? (*step_namer_)(step) : "step " + std::to_string(step);
 }
 
 void* ArenaAllocator::serve_outside(size_t size, int step)

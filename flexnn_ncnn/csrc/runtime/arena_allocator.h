@@ -9,6 +9,7 @@
 #include "runtime/step_clock.h"
 
 #include <allocator.h>
+#include <functional>
 
 #include <atomic>
 #include <string>
@@ -26,6 +27,9 @@ struct PlannedBuffer
 
 // The buffers of one role, by step then by ordinal within (step, role).
 using PlannedBuffers = std::vector<std::vector<PlannedBuffer> >;
+
+// names a step in messages ("step 3 (layer conv1)")
+using StepNamer = std::function<std::string(int)>;
 
 // One role's view of the arena: serves each request at its planned offset. A request is identified
 // structurally: the clock's step, this role, and its ordinal among this role's requests of that
@@ -55,8 +59,8 @@ public:
 
     // serve `buffers` out of `base` (nullptr: from `outside`) from now on, `outside` holding at most
     // `outside_limit` bytes (SIZE_MAX: unbounded), checked by `canary` (nullptr: none) in the arena;
-    // step_names[step] names the step in messages
-    void bind(unsigned char* base, PlannedBuffers buffers, const std::vector<std::string>* step_names, size_t outside_limit,
+    // step_name(step) names the step in messages (null: its number)
+    void bind(unsigned char* base, PlannedBuffers buffers, const StepNamer* step_name, size_t outside_limit,
               ArenaCanary* canary);
     // ordinals start again from 0 at every step; requests are served to `owner` only
     void begin_inference(std::thread::id owner);
@@ -84,7 +88,7 @@ private:
 
     unsigned char* base_ = nullptr;
     PlannedBuffers buffers_;
-    const std::vector<std::string>* step_names_ = nullptr;
+    const StepNamer* step_namer_ = nullptr;
     size_t outside_limit_ = SIZE_MAX;
     ArenaCanary* canary_ = nullptr;
     std::vector<int> next_ordinal_; // per step, touched by the owner only

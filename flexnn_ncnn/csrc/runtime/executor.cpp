@@ -112,7 +112,7 @@ Status Executor::create(const std::string& param_path, const std::string& bin_pa
     for (int layer = 0; layer < e->model_->layer_count(); layer++)
         if (PlannedLayer* planned = e->model_->planned(layer))
             planned->set_flags(e->schedule_.flags[layer]);
-    e->step_names_ = e->schedule_.step_names(*e->model_);
+    e->step_name_ = [raw = e.get()](int step) { return raw->schedule_.step_name(step, *raw->model_); };
     e->input_bytes_.assign(e->schedule_.inputs.size(), 0);
     for (const TensorUse& t : e->profile_.tensors)
         if (t.layer == 0 && t.role == Role::Activation && t.ordinal < (int)e->input_bytes_.size())
@@ -211,7 +211,7 @@ Status Executor::set_plan_locked(const Plan& plan)
             {
                 // given back by the computing thread once its layer has computed
                 if (t.last_use != t.layer)
-                    return Status::error("profile: " + step_names_[t.layer] + " has a mapped weight used after its layer");
+                    return Status::error("profile: " + step_name_(t.layer) + " has a mapped weight used after its layer");
                 maps[t.layer] = true;
                 if (!plan.tensors[k].pinned)
                 {
@@ -225,13 +225,13 @@ Status Executor::set_plan_locked(const Plan& plan)
         for (int step = 0; step < steps; step++)
             for (const PlannedBuffer& b : buffers[role][step])
                 if (b.size == 0)
-                    return Status::error("profile: " + step_names_[step] + " has a gap in its " + role_name((Role)role) + " ordinals");
+                    return Status::error("profile: " + step_name_(step) + " has a gap in its " + role_name((Role)role) + " ordinals");
     std::vector<bool> resident(steps, false);
     std::vector<int> wait_for(steps, -1);
     for (int step = 1; step < schedule_.output_step(); step++)
     {
         if (pinned_count[step] != 0 && pinned_count[step] != weight_count[step])
-            return Status::error("plan: " + step_names_[step] + " has some weights pinned and some not");
+            return Status::error("plan: " + step_name_(step) + " has some weights pinned and some not");
         resident[step] = pinned_count[step] == weight_count[step];
     }
     for (const Dependency& d : plan.dependencies)
@@ -279,9 +279,9 @@ Status Executor::set_plan_locked(const Plan& plan)
     ArenaCanary* canary = canary_.armed() ? &canary_ : nullptr;
     const uint64_t beside = reserved_outside_bytes() + (options_.static_arena ? 0 : plan.arena_bytes);
     const size_t outside_limit = options_.outside_allowance > SIZE_MAX - beside ? SIZE_MAX : (size_t)(options_.outside_allowance + beside);
-    weights_.bind(arena_.get(), buffers[(int)Role::Weight], &step_names_, outside_limit, canary);
-    blobs_.bind(arena_.get(), buffers[(int)Role::Activation], &step_names_, outside_limit, canary);
-    workspace_.bind(arena_.get(), buffers[(int)Role::Intermediate], &step_names_, outside_limit, canary);
+    weights_.bind(arena_.get(), buffers[(int)Role::Weight], &step_name_, outside_limit, canary);
+    blobs_.bind(arena_.get(), buffers[(int)Role::Activation], &step_name_, outside_limit, canary);
+    workspace_.bind(arena_.get(), buffers[(int)Role::Intermediate], &step_name_, outside_limit, canary);
     return Status();
 }
 
@@ -379,7 +379,7 @@ void Executor::load_steps()
             const int wait_for = options_.overlap_loading ? wait_for_[step] : std::max(wait_for_[step], step - 1);
             if (wait_for >= 0 && !progress_.wait_computed(wait_for))
             {
-                failure_.set("load of " + step_names_[step] + " waited for the computation of " + step_names_[wait_for]
+                failure_.set("load of " + step_name_(step) + " waited for the computation of " + step_name_(wait_for)
                              + ", which did not happen");
                 break;
             }
@@ -414,7 +414,7 @@ int Executor::before_compute(int layer_index)
     if (step >= schedule_.output_step() || layer_at(step) != layer_index)
     {
         failure_.set("NCNN computes layer " + model_->layer_name(layer_index) + " where the plan has "
-                     + (step < schedule_.output_step() ? step_names_[step] : "no more layers")
+                     + (step < schedule_.output_step() ? step_name_(step) : "no more layers")
                      + ": the execution order differs from prepare's");
         progress_.stop();
         return -1;

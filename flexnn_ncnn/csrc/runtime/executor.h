@@ -153,7 +153,7 @@ private:
     const LayerSchedule schedule_;
     const Profile profile_;
     Plan plan_;
-    std::vector<std::string> step_names_;
+    StepNamer step_name_; // "step 3 (layer conv1)", for messages
     std::vector<uint64_t> input_bytes_; // per input: the bytes its copy into the arena was planned with
     bool has_plan_ = false;
     std::vector<bool> resident_;    // per step: built once per plan, by the first run's loading thread

@@ -2,14 +2,15 @@
 
 namespace flexnn {
 
-std::vector<std::string> LayerSchedule::step_names(const Model& model) const
+std::string LayerSchedule::step_name(int step, const Model& model) const
 {
-    std::vector<std::string> names;
-    names.push_back("step 0 (inputs)");
-    for (size_t s = 1; s <= order.size(); s++)
-        names.push_back("step " + std::to_string(s) + " (layer " + model.layer_name(order[s - 1]) + ")");
-    names.push_back("step " + std::to_string(output_step()) + " (outputs)");
-    return names;
+    if (step == 0)
+        return "step 0 (inputs)";
+    if (step == output_step())
+        return "step " + std::to_string(step) + " (outputs)";
+    if (step < 0 || step > output_step())
+        return "step " + std::to_string(step);
+    return "step " + std::to_string(step) + " (layer " + model.layer_name(order[step - 1]) + ")";
 }
 
 Status LayerSchedule::validate(const Model& model) const

@@ -30,8 +30,8 @@ struct LayerSchedule
     {
         return (int)order.size() + 1;
     }
-    // "step 3 (layer conv1)", "step 0 (inputs)"
-    std::vector<std::string> step_names(const Model& model) const;
+    // "step 3 (layer conv1)", "step 0 (inputs)": made when a message needs it, not kept per step
+    std::string step_name(int step, const Model& model) const;
     // the schedule fits this model: layer indexes and ranges in bounds
     Status validate(const Model& model) const;
 };
