@@ -36,7 +36,6 @@ from .cli import UserError, add_logging_args, child_error, run_main, setup_loggi
 PAGE = archive_layout.PAGE
 TRACER = BUILD_ROOT / "host" / "native" / "tools" / "libflexnn_code_trace.so"
 TRACE_NATIVE = BUILD_ROOT / CODE_TRACE_BUILD / "native"
-LINK_MAP = TRACE_NATIVE / "_native.map"
 NCNN_ARCHIVE = "libncnn.a"
 
 
