@@ -205,8 +205,12 @@ def _placement(offset: int, load_after: int, pinned: int) -> Placement:
     return Placement(offset, load_after, bool(pinned))
 
 
-def _pair(comp: int, load: int) -> tuple[int, int]:
-    return comp, load
+def _single(value: int) -> int:
+    return value
+
+
+def _pair(first: int, second: int) -> tuple[int, int]:
+    return first, second
 
 
 def placement_rows(offsets: Sequence[int], load_after: Sequence[int], pinned: Sequence[bool]) -> Rows:
@@ -214,9 +218,14 @@ def placement_rows(offsets: Sequence[int], load_after: Sequence[int], pinned: Se
     return Rows(_table([list(offsets), list(load_after), [int(p) for p in pinned]], np.int64, "plan"), _placement)
 
 
-def dependency_rows(pairs: Sequence[Sequence[int]]) -> Rows:
-    """(comp, load) pairs as Rows of a two-column int64 table."""
-    return Rows(_table([[p[0] for p in pairs], [p[1] for p in pairs]], np.int64, "plan"), _pair)
+def pair_rows(pairs: Sequence[Sequence[int]], where: str = "plan") -> Rows:
+    """Integer pairs as Rows of a two-column int64 table, each row read as a tuple."""
+    return Rows(_table([[p[0] for p in pairs], [p[1] for p in pairs]], np.int64, where), _pair)
+
+
+def int_rows(values: Sequence[int], where: str) -> Rows:
+    """Integers as Rows of a one-column int64 table, each row read as its integer."""
+    return Rows(_table([list(values)], np.int64, where), _single)
 
 
 def _placement_table(tensors: Sequence[Placement]) -> np.ndarray:
@@ -226,7 +235,7 @@ def _placement_table(tensors: Sequence[Placement]) -> np.ndarray:
 
 
 def _dependency_table(dependencies: Sequence[tuple[int, int]]) -> np.ndarray:
-    return dependencies.table if isinstance(dependencies, Rows) else dependency_rows(dependencies).table
+    return dependencies.table if isinstance(dependencies, Rows) else pair_rows(dependencies).table
 
 
 @dataclass(frozen=True)
@@ -283,7 +292,7 @@ class Plan:
         mapped = _field(d, "mapped", bool, where) if "mapped" in d else False
         return Plan(algorithm, _field(d, "budget", int, where, 0), _field(d, "alignment", int, where, 1),
                     _field(d, "arena_bytes", int, where, 0), _field(d, "lower_bound", int, where, 0),
-                    placement_rows(offsets, load_after, pinned), dependency_rows(list(zip(comp, load))), mapped)
+                    placement_rows(offsets, load_after, pinned), pair_rows(list(zip(comp, load))), mapped)
 
     def columns(self) -> dict[str, Any]:
         """The form `_planner` takes."""
@@ -298,7 +307,7 @@ class Plan:
     @staticmethod
     def from_columns(c: Mapping[str, Any]) -> "Plan":
         return Plan(c["algorithm"], c["budget"], c["alignment"], c["arena_bytes"], c["lower_bound"],
-                    placement_rows(c["offsets"], c["load_after"], c["pinned"]), dependency_rows(c["dependencies"]),
+                    placement_rows(c["offsets"], c["load_after"], c["pinned"]), pair_rows(c["dependencies"]),
                     bool(c["mapped"]))
 
 

@@ -19,10 +19,8 @@ import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-
-import numpy as np
 
 from . import __version__, fetch, patches, planning
 from .cli import UserError
@@ -104,10 +102,9 @@ class Schedule:
     flags: Sequence[int]  # per layer index: NCNN's layer flags after create_pipeline (packing, fp16, inplace)
 
     def __post_init__(self) -> None:
-        for name, width in (("order", 1), ("ranges", 2), ("flags", 1)):
-            values = getattr(self, name)
-            if not isinstance(values, Rows):
-                object.__setattr__(self, name, _int_rows([list(v) if width == 2 else [v] for v in values], width))
+        object.__setattr__(self, "order", _rows(self.order, planning.int_rows))
+        object.__setattr__(self, "ranges", _rows(self.ranges, planning.pair_rows))
+        object.__setattr__(self, "flags", _rows(self.flags, planning.int_rows))
 
     def executor_columns(self) -> dict[str, Any]:
         """As the native Executor takes it: the tables themselves."""
@@ -133,24 +130,11 @@ class Schedule:
         order = _int_list(_field(d, "order", list, where), f"{where}.order")
         if any(i >= len(ranges) for i in order):
             raise UserError(f"{where}.order names a layer index beyond the {len(ranges)} layers")
-        return Schedule(tuple(outputs), _int_rows([[i] for i in order], 1), _int_rows(ranges, 2), _int_rows([[f] for f in flags], 1))
+        return Schedule(tuple(outputs), order, ranges, flags)
 
 
-def _int_rows(rows: list[list[int]], width: int) -> Rows:
-    """`rows` of `width` integers as Rows (a row of one read as its integer, of two as a pair)."""
-    try:
-        table = np.array(rows, dtype=np.int64).reshape(len(rows), width)
-    except OverflowError as e:
-        raise UserError(f"a schedule number is out of range ({e})") from None
-    return Rows(table, _single if width == 1 else _pair)
-
-
-def _single(value: int) -> int:
-    return value
-
-
-def _pair(begin: int, end: int) -> tuple[int, int]:
-    return begin, end
+def _rows(values: Sequence[Any], make: Callable[[Sequence[Any], str], Rows]) -> Rows:
+    return values if isinstance(values, Rows) else make(values, "schedule")
 
 
 @dataclass(frozen=True)
