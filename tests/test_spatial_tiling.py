@@ -264,6 +264,25 @@ def test_an_upsampling_layer_in_a_tile_equals_the_whole_one(layer: str, tmp_path
         assert relative_error(ref, got) < 1e-6, (layer, grid)
 
 
+def test_an_lrn_across_channels_in_a_tile_equals_the_whole_one(tmp_path: Path) -> None:
+    """LRN over channels (region 0: GoogLeNet's, AlexNet's) normalises each pixel by its own channels: a
+    tile runs it as it runs a ReLU. Over a spatial window (region 1) it pads its input itself, so it
+    ends a block."""
+    text = "7767517\n4 4\nInput x0 0 1 x0 0=37 1=29 2=3\nConvolution c 1 1 x0 x 0=16 1=3 4=1 5=1 6=432\n" \
+           "LRN n 1 1 x y 0=0 1=5 2=0.0001 3=0.75\nConvolution h 1 1 y out 0=4 1=3 4=1 5=1 6=576\n"
+    param, modelbin, graph, shapes, original = _model(text, "1,3,29,37", tmp_path, "lrn")
+    assert _block_names(graph, shapes) == [("c", "h")]
+    for grid in ((2, 2), (3, 2)):
+        tiled_param, tiled_bin, _ = spatial.rewrite(param, shapes, graph.order[1:], "x0", "out", *grid, modelbin)
+        tiled = _write(tiled_param, tiled_bin, tmp_path, "lrn_tiled")
+        x = np.random.default_rng(4).standard_normal(shapes["x0"].numpy()).astype(np.float32)
+        direct = {"winograd": False, "sgemm": False}
+        ref, got = (run_stock(*files, {"x0": x}, ["out"], **direct)["out"] for files in (original, tiled))
+        assert relative_error(ref, got) < 1e-6, grid
+    _, _, graph, shapes, _ = _model(text.replace("0=0 1=5", "0=1 1=5"), "1,3,29,37", tmp_path, "lrn_within")
+    assert ("c", "h") not in _block_names(graph, shapes)
+
+
 @pytest.mark.parametrize("upsampling", [
     "Interp u 1 1 x y 0=2 1=2.0 2=2.0 6=1",       # align_corners
     "Interp u 1 1 x y 0=3 1=2.0 2=2.0",           # bicubic

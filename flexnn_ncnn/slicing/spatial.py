@@ -48,6 +48,7 @@ PER_ELEMENT = frozenset({
     "AbsVal", "BatchNorm", "Bias", "BNLL", "Clip", "Dropout", "ELU", "Exp", "GELU", "HardSigmoid", "HardSwish",
     "Log", "Mish", "Power", "PReLU", "ReLU", "Scale", "SELU", "Sigmoid", "Swish", "TanH", "UnaryOp",
 })
+LRN_ACROSS_CHANNELS = 0  # LRN's region type 0 normalises each pixel over its channels: per pixel too
 # param ids of (pad left, right, top, bottom) by layer type
 PAD_IDS = {"Convolution": (4, 15, 14, 16), "ConvolutionDepthWise": (4, 15, 14, 16), "Pooling": (3, 14, 13, 15)}
 # layers a tile runs with several inputs of one spatial size (geometry: identity per input)
@@ -148,7 +149,7 @@ def _windows(layer: Layer, in_shape: BlobShape) -> tuple[Window, Window] | None:
     p = layer.params
     if len(layer.bottoms) != 1 or len(layer.tops) != 1 or in_shape.dims != 3:
         return None
-    if layer.type in PER_ELEMENT:
+    if layer.type in PER_ELEMENT or (layer.type == "LRN" and p.get_int(0, 0) == LRN_ACROSS_CHANNELS):
         return IDENTITY, IDENTITY
     if layer.type in ("Convolution", "ConvolutionDepthWise"):
         if p.get_int(19, 0) or _int8_output(layer):  # weights from a second input; an int8 output
