@@ -510,13 +510,21 @@ def analyze_layer(index: int, layer: Layer, live_bytes: int, in_shape: BlobShape
 
 def live_bytes(graph: Graph, shapes: dict[str, BlobShape]) -> list[int]:
     """Per layer of `graph.order`, the bytes of the blobs resident while it runs: produced at or before it and
-    still needed at or after it (outputs stay to the end)."""
+    still needed at or after it (outputs stay to the end). A Split's outputs share its input's storage
+    (NCNN hands each consumer a reference), which lives until the last of them is read."""
+    storage: dict[str, str] = {}  # blob -> the blob whose storage it is
+    for layer in graph.order:
+        for top in layer.tops:
+            storage[top] = storage[layer.bottoms[0]] if layer.type == "Split" else top
+    ends: dict[str, int] = {}
+    for b, root in storage.items():
+        last = len(graph.order) if b in graph.outputs else graph.last_use[b]
+        ends[root] = max(ends.get(root, 0), last)
     delta = [0] * (len(graph.order) + 1)
-    for b, p in graph.producer.items():
-        if b in shapes:
-            delta[p] += shapes[b].nbytes
-            if b not in graph.outputs:
-                delta[graph.last_use[b] + 1] -= shapes[b].nbytes
+    for root, last in ends.items():
+        if root in shapes:
+            delta[graph.producer[root]] += shapes[root].nbytes
+            delta[min(last + 1, len(graph.order))] -= shapes[root].nbytes
     live, out = 0, []
     for d in delta[:-1]:
         live += d

@@ -111,6 +111,26 @@ def test_memory_estimates_per_kernel():
     assert by_name["c1"].live_bytes == shapes["a"].nbytes + shapes["b"].nbytes
 
 
+def test_a_splits_outputs_share_its_inputs_storage():
+    """NCNN's Split hands each consumer a reference: one copy lives until the last of them is read."""
+    param = NcnnParam.parse("""7767517
+6 8
+Input            in     0 1 data 0=20 1=12 2=24
+Split            sp     1 3 data d0 d1 d2
+Convolution      c1     1 1 d0 a 0=16 1=1 6=384
+Convolution      c2     1 1 d1 b 0=16 1=1 6=384
+BinaryOp         add    2 1 a b s 0=0
+Concat           cat    2 1 s d2 out 0=0
+""")
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {"data": BlobShape(3, 20, 12, 1, 24)})
+    by_name = {a.layer.name: a for a in analyze(graph, shapes)}
+    data, small = shapes["data"].nbytes, shapes["a"].nbytes
+    assert by_name["sp"].live_bytes == data
+    assert by_name["add"].live_bytes == data + 3 * small
+    assert by_name["cat"].live_bytes == data + small + shapes["out"].nbytes
+
+
 def test_analyze_cli_prints_every_candidate_and_writes_nothing(tmp_path, capsys):
     param = tmp_path / "net.param"
     param.write_text(CONV_NET)

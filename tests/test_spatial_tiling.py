@@ -345,6 +345,42 @@ def test_below_the_activation_floor_the_slicer_tiles_and_the_runtime_equals_stoc
         assert_counted_within_budget(session.stats())
 
 
+# the VGG trunk of an SSD: its PriorBox reads the image's size at the end, so the input stays live
+# beside every block (the 6 MB convolutions at 160x160 still set the floor)
+SSD_TRUNK = """7767517
+9 11
+Input data 0 1 data 0=160 1=160 2=3
+Split sd 1 2 data d0 d1
+Convolution c1 1 1 d0 c1 0=48 1=3 4=1 5=1 6=1296 9=1
+Convolution c2 1 1 c1 c2 0=48 1=3 4=1 5=1 6=20736 9=1
+Pooling p1 1 1 c2 p1 0=0 1=2 2=2
+Convolution c3 1 1 p1 c3 0=16 1=3 4=1 5=1 6=6912 9=1
+Split sf 1 2 c3 f0 f1
+Convolution output 1 1 f0 output 0=8 1=3 4=1 5=1 6=1152
+PriorBox priors 2 1 f1 d1 priors -23300=1,30.0 -23302=1,2.0 9=-233 10=-233 13=0.5
+"""
+
+
+def test_a_model_reading_its_input_again_at_the_end_is_tiled_from_its_first_layer(tmp_path: Path) -> None:
+    """An SSD's input is live to its last PriorBox: blocks run beside it, from the first convolution."""
+    param, modelbin, graph, shapes, (param_path, bin_path) = _model(SSD_TRUNK, "1,3,160,160", tmp_path, "ssd")
+    assert ("c1", "p1") in _block_names(graph, shapes)
+    budget = 9_000_000
+    floor = activation_floor(Session(_prepared_untiled(param_path, tmp_path)).profile)
+    assert budget < floor, (budget, floor)
+    out = tmp_path / "sliced"
+    assert slice_main([str(param_path), "--budget", str(budget), "--threads", "2", "-o", str(out)]) == 0
+    assert "c1.flexnn_t1_1" in (out / "ssd.flexnn.param").read_text()
+    session = Session(out / "ssd.flexnn.plan.json")
+    for seed in range(1, 4):
+        x = np.random.default_rng(seed).standard_normal((3, 160, 160)).astype(np.float32)
+        ref = run_stock(param_path, bin_path, {"data": x}, ["output", "priors"], fp32=False)
+        got = session.run({"data": x})
+        for name in ("output", "priors"):
+            assert relative_error(ref[name], got[name].reshape(ref[name].shape)) < TOLERANCE, name
+        assert_counted_within_budget(session.stats())
+
+
 def _prepared_untiled(param_path: Path, tmp_path: Path, *args: str) -> Path:
     """The model sliced for a budget that needs no tiling: its profile's activation floor is the model's."""
     out = tmp_path / "untiled"

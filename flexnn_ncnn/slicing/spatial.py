@@ -232,9 +232,20 @@ def _tileable(layer: Layer, shapes: dict[str, BlobShape]) -> bool:
             or _upsampling(layer, shapes[layer.bottoms[0]], shapes[layer.tops[0]]) is not None)
 
 
-def _crossing(graph: Graph) -> list[str | None]:
-    """Per position i of `graph.order`: the one blob passing from layers <= i to layers > i (None when
-    there are more, or none). Model outputs pass to the end."""
+def _bystanders(graph: Graph) -> dict[str, str]:
+    """Each model input and Split copy of one -> the input: they are live from the start whatever is
+    tiled, so a block may run beside them (an SSD's PriorBox layers read the image's size at the end)."""
+    found = {b: b for b in graph.inputs}
+    for layer in graph.order:
+        if layer.type == "Split" and layer.bottoms[0] in found:
+            found.update((top, found[layer.bottoms[0]]) for top in layer.tops)
+    return found
+
+
+def _crossing(graph: Graph, bystanders: dict[str, str]) -> list[str | None]:
+    """Per position i of `graph.order`: the one blob besides the bystanders passing from layers <= i to
+    layers > i (None when there are more, or none); where only bystanders pass, the one the next layer
+    reads. Model outputs pass to the end."""
     ends: dict[int, list[str]] = {}
     for b, last in graph.last_use.items():
         if b not in graph.outputs:
@@ -244,25 +255,33 @@ def _crossing(graph: Graph) -> list[str | None]:
     for i, layer in enumerate(graph.order):
         live.update(layer.tops)
         live.difference_update(ends.get(i, []))
-        out.append(next(iter(live)) if len(live) == 1 else None)
+        passing = live - bystanders.keys()
+        if not passing and i + 1 < len(graph.order):
+            passing = live & set(graph.order[i + 1].bottoms)
+        out.append(next(iter(passing)) if len(passing) == 1 else None)
     return out
 
 
 @dataclass(frozen=True)
 class Block:
-    """Layers of `graph.order` in (first, last]: `source` alone enters them, `sink` alone leaves them."""
+    """Layers of `graph.order` in (first, last]: `source` alone enters them, `sink` alone leaves them;
+    `beside` bytes of other model inputs stay live throughout and after them, and `keeps_source`: the
+    source is a model input read again after them."""
 
     first: int
     last: int
     source: str
     sink: str
+    beside: int = 0
+    keeps_source: bool = False
 
 
 def blocks(graph: Graph, shapes: dict[str, BlobShape]) -> list[Block]:
     """Blocks a tile can run with at least one spatial layer: from the start of a run of tileable
     layers or the output of a downsampling segment (the layers between two positions one blob
     crosses), to the output of a downsampling segment or the end of the run."""
-    crossing = _crossing(graph)
+    bystanders = _bystanders(graph)
+    crossing = _crossing(graph, bystanders)
     tileable = [_tileable(layer, shapes) for layer in graph.order]
     consumers: dict[str, int] = {}
     for layer in graph.order:
@@ -273,25 +292,40 @@ def blocks(graph: Graph, shapes: dict[str, BlobShape]) -> list[Block]:
     run: list[int] = []  # the cuts of the current run of tileable layers, in order
     for cut in cuts + [len(graph.order)]:
         if run and (cut == len(graph.order) or not all(tileable[run[-1] + 1:cut + 1])):
-            found += _run_blocks(graph, run, crossing, consumers)
+            found += _run_blocks(graph, shapes, run, crossing, consumers, bystanders)
             run = []
         if cut < len(graph.order):
             run.append(cut)
     return found
 
 
-def _run_blocks(graph: Graph, cuts: list[int], crossing: list[str | None], consumers: dict[str, int]) -> list[Block]:
+def _run_blocks(graph: Graph, shapes: dict[str, BlobShape], cuts: list[int], crossing: list[str | None],
+                consumers: dict[str, int], bystanders: dict[str, str]) -> list[Block]:
     segments = list(zip(cuts, cuts[1:]))  # layers (a, b]
     down = [any(_downsamples(layer) for layer in graph.order[a + 1:b + 1]) for a, b in segments]
     # a source feeds one layer (a model's Split), which reads its crop, and holds floats (NCNN's Crop and
     # Concat do not take the int8 blobs of requantizing layers)
-    starts = [a for k, (a, _) in enumerate(segments) if (k == 0 or down[k - 1]) and consumers.get(crossing[a], 0) == 1
+    starts = [a for k, (a, _) in enumerate(segments)
+              if (k == 0 or down[k - 1] or crossing[a] in bystanders) and consumers.get(crossing[a], 0) == 1
               and not _int8_output(graph.order[a])]
     ends = [b for k, (_, b) in enumerate(segments) if down[k] or k == len(segments) - 1]
+    input_ends: dict[str, int] = {}  # model input -> the last layer reading it or a copy of it
+    for b, root in bystanders.items():
+        input_ends[root] = max(input_ends.get(root, 0), graph.last_use[b])
+
+    def beside(a: int, b: int) -> int:
+        return sum(shapes[root].nbytes for root, end in input_ends.items()
+                   if end > b and root in shapes and root != bystanders.get(crossing[a]))  # type: ignore[arg-type]
+
+    def keeps_source(a: int, b: int) -> bool:
+        return input_ends.get(bystanders.get(crossing[a], ""), -1) > b  # type: ignore[arg-type]
+
     # a tile's sink is the region of its grid cell: not an upsampling layer's, whose tile writes more
-    return [Block(a, b, crossing[a], crossing[b]) for a in starts for b in ends  # type: ignore[arg-type]
+    return [Block(a, b, crossing[a], crossing[b], beside(a, b), keeps_source(a, b))  # type: ignore[arg-type]
+            for a in starts for b in ends
             if a < b <= a + MAX_BLOCK_LAYERS and any(layer.type in PAD_IDS for layer in graph.order[a + 1:b + 1])
-            and not _is_upsampling(graph.order[b])]
+            and not _is_upsampling(graph.order[b])
+            and not any(set(layer.bottoms) & bystanders.keys() - {crossing[a]} for layer in graph.order[a + 1:b + 1])]
 
 
 @dataclass(frozen=True)
@@ -539,11 +573,13 @@ def _tile_need(block_layers: list[Layer], shapes: dict[str, BlobShape], source: 
                                         for a in analyze(tile_graph, tile_shapes)[1:]])
 
 
-def _block_need(block_layers: list[Layer], shapes: dict[str, BlobShape], source: str, sink: str,
+def _block_need(block_layers: list[Layer], shapes: dict[str, BlobShape], block: Block,
                 rows: int, cols: int, target: Target) -> tuple[int, int] | None:
-    """The most bytes any step of the tiled block needs (the source is the only blob live from outside
-    it) and the MACs its tiles run; None when the MACs exceed MAX_RECOMPUTE times the untiled block's. The steps:
-    the Split, per tile its layers, per row the Concat along w, then the Concat along h."""
+    """The most bytes any step of the tiled block needs (the source and the block's `beside` bytes are
+    all that is live from outside it) and the MACs its tiles run; None when the MACs exceed MAX_RECOMPUTE
+    times the untiled block's. The steps: the Split, per tile its layers, per row the Concat along w, then
+    the Concat along h."""
+    source, sink = block.source, block.sink
     out_shape = shapes[sink]
     geometries = [[_geometry(block_layers, shapes, sink, region) for region in row] for row in _grid(out_shape, rows, cols)]
     macs = sum(_macs(block_layers, shapes, g.regions) for row in geometries for g in row)
@@ -553,17 +589,18 @@ def _block_need(block_layers: list[Layer], shapes: dict[str, BlobShape], source:
     for row in geometries:
         done_tiles = 0
         for g in row:
-            held = shapes[source].nbytes + done_rows + done_tiles
+            held = shapes[source].nbytes + block.beside + done_rows + done_tiles
             need = max(need, _tile_need(block_layers, shapes, source, g, held, target))
             done_tiles += _shape(out_shape.c, g.regions[sink]).nbytes
         if cols > 1:
             region = row[0].regions[sink]
             row_bytes = _shape(out_shape.c, Region(region.top, region.bottom, 0, out_shape.w)).nbytes
-            need = max(need, shapes[source].nbytes + done_rows + done_tiles + row_bytes)
+            need = max(need, shapes[source].nbytes + block.beside + done_rows + done_tiles + row_bytes)
             done_tiles = row_bytes
         done_rows += done_tiles
     if rows > 1:
-        need = max(need, done_rows + out_shape.nbytes)
+        kept = shapes[source].nbytes if block.keeps_source else 0
+        need = max(need, block.beside + kept + done_rows + out_shape.nbytes)
     return need, macs
 
 
@@ -594,7 +631,7 @@ def options(graph: Graph, shapes: dict[str, BlobShape], analyses: list[LayerAnal
         for grid in GRIDS:
             if grid > min(out.h, out.w):
                 break
-            found_need = _block_need(layers, shapes, block.source, block.sink, grid, grid, target)
+            found_need = _block_need(layers, shapes, block, grid, grid, target)
             if found_need is None:
                 break  # finer grids recompute more
             need, macs = found_need
