@@ -453,6 +453,8 @@ def _fixed_model(layer: Layer, in_shape: BlobShape | None) -> FixedModel:
         return FixedModel(weights, (3 * seq * embed + heads * seq * seq) * 4, "attention")
     if layer.type == "Pooling" and in_shape is not None and in_shape.dims == 3:
         return FixedModel(weights, _pooling_border_bytes(layer.params, in_shape), "-")
+    if layer.type == "LRN" and in_shape is not None and in_shape.dims == 3:
+        return FixedModel(weights, _lrn_scratch_bytes(layer.params, in_shape), "-")
     return FixedModel(weights, 0, "-" if not weights else "default")
 
 
@@ -489,6 +491,16 @@ def _pooling_border_bytes(p: ParamDict, shape: BlobShape) -> int:
     if not any((left, right, top, bottom)):
         return 0
     return _mat_bytes(shape.c, (shape.w + left + right) * (shape.h + top + bottom))
+
+
+def _lrn_scratch_bytes(p: ParamDict, shape: BlobShape) -> int:
+    """LRN's squares of its input and, across channels, their sums; within a channel, the squares
+    bordered by half the window on each side."""
+    squares = _mat_bytes(shape.c, shape.w * shape.h)
+    if p.get_int(0, 0) == 0:
+        return 2 * squares
+    size = p.get_int(1, 5)
+    return squares + _mat_bytes(shape.c, (shape.w + size - 1) * (shape.h + size - 1))
 
 
 def analyze_layer(index: int, layer: Layer, live_bytes: int, in_shape: BlobShape | None,

@@ -13,6 +13,7 @@ from flexnn_ncnn.analysis import analyze
 from flexnn_ncnn.cli import UserError, run_main
 from flexnn_ncnn.ncnn_model import BlobShape, Graph, NcnnParam, infer_shapes
 from flexnn_ncnn.ncnn_model.param import SHAPE_HINT_ID, Layer
+from flexnn_ncnn.prepare import RuntimeOptions, prepare_model
 
 pytest.importorskip("ncnn")
 
@@ -129,6 +130,23 @@ Concat           cat    2 1 s d2 out 0=0
     assert by_name["sp"].live_bytes == data
     assert by_name["add"].live_bytes == data + 3 * small
     assert by_name["cat"].live_bytes == data + small + shapes["out"].nbytes
+
+
+@pytest.mark.parametrize("region", [0, 1])
+def test_lrn_scratch_is_what_ncnn_allocates(region: int, tmp_path) -> None:
+    """LRN squares its input and sums the squares across channels (or borders them within one): two
+    input-sized scratch blobs, as the runtime's profile of NCNN's own LRN records them."""
+    text = f"7767517\n2 2\nInput in 0 1 data 0=37 1=29 2=24\nLRN n 1 1 data out 0={region} 1=5 2=0.0001 3=0.75\n"
+    param = NcnnParam.parse(text)
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {"data": BlobShape(3, 37, 29, 1, 24)})
+    estimate = analyze(graph, shapes)[1].model.cost("-").intermediates
+    (tmp_path / "lrn.param").write_text(text)
+    (tmp_path / "lrn.bin").write_bytes(b"")
+    profile = prepare_model(tmp_path / "lrn.param", tmp_path / "lrn.bin", 1 << 30,
+                            options=RuntimeOptions(threads=1, fp16=False)).profile
+    measured = sum(t.size for t in profile.tensors if t.role == "intermediate")
+    assert measured > 0 and abs(estimate - measured) <= 64 * 24, (estimate, measured)
 
 
 def test_analyze_cli_prints_every_candidate_and_writes_nothing(tmp_path, capsys):

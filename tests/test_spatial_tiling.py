@@ -283,6 +283,29 @@ def test_an_lrn_across_channels_in_a_tile_equals_the_whole_one(tmp_path: Path) -
     assert ("c", "h") not in _block_names(graph, shapes)
 
 
+@pytest.mark.parametrize("padding", [
+    "Padding pad 1 1 x y 0=1 1=2 2=1 3=2 5=0.5",  # BlazeFace's before a strided convolution, with a value
+    "Padding pad 1 1 x y 8=4",                     # BlazeFace's shortcut: channels added behind
+])
+def test_a_constant_padding_in_a_tile_equals_the_whole_one(padding: str, tmp_path: Path) -> None:
+    """A tile pads with the constant only where it meets the image border; inside, it reads its halo."""
+    text = f"7767517\n4 4\nInput x0 0 1 x0 0=37 1=29 2=3\nConvolution c 1 1 x0 x 0=8 1=3 4=1 5=1 6=216\n{padding}\n" \
+           "ConvolutionDepthWise h 1 1 y out 0=CH 1=3 3=2 5=1 6=KW 7=CH\n"
+    channels = 12 if "8=4" in padding else 8
+    text = text.replace("CH", str(channels)).replace("KW", str(9 * channels))
+    param, modelbin, graph, shapes, original = _model(text, "1,3,29,37", tmp_path, "pad")
+    assert _block_names(graph, shapes) == [("c", "h")]
+    for grid in ((2, 2), (3, 2)):
+        tiled_param, tiled_bin, _ = spatial.rewrite(param, shapes, graph.order[1:], "x0", "out", *grid, modelbin)
+        tiled = _write(tiled_param, tiled_bin, tmp_path, "pad_tiled")
+        x = np.random.default_rng(5).standard_normal(shapes["x0"].numpy()).astype(np.float32)
+        direct = {"winograd": False, "sgemm": False}
+        ref, got = (run_stock(*files, {"x0": x}, ["out"], **direct)["out"] for files in (original, tiled))
+        assert relative_error(ref, got) < 1e-6, grid
+    _, _, graph, shapes, _ = _model(text.replace("pad 1 1 x y", "pad 1 1 x y 4=1"), "1,3,29,37", tmp_path, "edge")
+    assert ("c", "h") not in _block_names(graph, shapes)  # replicated borders: a tile's are not the image's
+
+
 @pytest.mark.parametrize("upsampling", [
     "Interp u 1 1 x y 0=2 1=2.0 2=2.0 6=1",       # align_corners
     "Interp u 1 1 x y 0=3 1=2.0 2=2.0",           # bicubic

@@ -50,7 +50,9 @@ PER_ELEMENT = frozenset({
 })
 LRN_ACROSS_CHANNELS = 0  # LRN's region type 0 normalises each pixel over its channels: per pixel too
 # param ids of (pad left, right, top, bottom) by layer type
-PAD_IDS = {"Convolution": (4, 15, 14, 16), "ConvolutionDepthWise": (4, 15, 14, 16), "Pooling": (3, 14, 13, 15)}
+PAD_IDS = {"Convolution": (4, 15, 14, 16), "ConvolutionDepthWise": (4, 15, 14, 16), "Pooling": (3, 14, 13, 15),
+           "Padding": (2, 3, 0, 1)}
+PADDING_CONSTANT = 0  # Padding's type 0: a constant value beyond the borders, as a tile's own pads give
 # layers a tile runs with several inputs of one spatial size (geometry: identity per input)
 MERGING = frozenset({"BinaryOp", "Eltwise", "Concat"})
 DECONVOLUTION = frozenset({"Deconvolution", "DeconvolutionDepthWise"})
@@ -161,6 +163,10 @@ def _windows(layer: Layer, in_shape: BlobShape) -> tuple[Window, Window] | None:
             return None  # global or adaptive
         kw, sw, dw = p.get_int(1, 0), p.get_int(2, 1), 1
         kh, sh, dh = p.get_int(11, kw), p.get_int(12, sw), 1
+    elif layer.type == "Padding":
+        if p.get_int(4, 0) != PADDING_CONSTANT or p.get_int(6, 0):
+            return None  # replicate or reflect borders, or a value per channel
+        kw = sw = dw = kh = sh = dh = 1  # each output pixel is its input's (beyond the borders: the value)
     else:
         return None
     left, right, top, bottom = _pads(layer, in_shape)
@@ -177,6 +183,8 @@ def _pads(layer: Layer, in_shape: BlobShape) -> tuple[int, int, int, int]:
     p = layer.params
     if layer.type == "Pooling":
         return pooling_pads(p, in_shape)
+    if layer.type == "Padding":
+        return tuple(p.get_int(i, 0) for i in PAD_IDS["Padding"])  # type: ignore[return-value]
     if layer.type not in PAD_IDS:
         return 0, 0, 0, 0
     li, ri, ti, bi = PAD_IDS[layer.type]
@@ -615,7 +623,8 @@ def _is_upsampling(layer: Layer) -> bool:
 
 
 def _downsamples(layer: Layer) -> bool:
-    return layer.type in PAD_IDS and layer.params.get_int(3 if layer.type != "Pooling" else 2, 1) > 1
+    stride_id = {"Convolution": 3, "ConvolutionDepthWise": 3, "Pooling": 2}.get(layer.type)
+    return stride_id is not None and layer.params.get_int(stride_id, 1) > 1
 
 
 def options(graph: Graph, shapes: dict[str, BlobShape], analyses: list[LayerAnalysis], target: Target) -> list[SpatialTiling]:
