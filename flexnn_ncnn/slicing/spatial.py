@@ -311,29 +311,31 @@ def _run_blocks(graph: Graph, shapes: dict[str, BlobShape], cuts: list[int], cro
                 consumers: dict[str, int], bystanders: dict[str, str]) -> list[Block]:
     segments = list(zip(cuts, cuts[1:]))  # layers (a, b]
     down = [any(_downsamples(layer) for layer in graph.order[a + 1:b + 1]) for a, b in segments]
-    # a source feeds one layer (a model's Split), which reads its crop, and holds floats (NCNN's Crop and
+    # a block starts at the run's start, after a downsampling segment or at a model input's copy; its
+    # source feeds one layer (a model's Split), which reads its crop, and holds floats (NCNN's Crop and
     # Concat do not take the int8 blobs of requantizing layers)
-    starts = [a for k, (a, _) in enumerate(segments)
-              if (k == 0 or down[k - 1] or crossing[a] in bystanders) and consumers.get(crossing[a], 0) == 1
+    starts = [(a, source) for k, (a, _) in enumerate(segments) if (source := crossing[a]) is not None
+              and (k == 0 or down[k - 1] or source in bystanders) and consumers.get(source, 0) == 1
               and not _int8_output(graph.order[a])]
     ends = [b for k, (_, b) in enumerate(segments) if down[k] or k == len(segments) - 1]
     input_ends: dict[str, int] = {}  # model input -> the last layer reading it or a copy of it
     for b, root in bystanders.items():
         input_ends[root] = max(input_ends.get(root, 0), graph.last_use[b])
 
-    def beside(a: int, b: int) -> int:
-        return sum(shapes[root].nbytes for root, end in input_ends.items()
-                   if end > b and root in shapes and root != bystanders.get(crossing[a]))  # type: ignore[arg-type]
+    def beside(source: str, b: int) -> int:
+        """Bytes of the model inputs other than the source's that are read after layer b."""
+        own = bystanders.get(source)
+        return sum(shapes[root].nbytes for root, end in input_ends.items() if end > b and root != own and root in shapes)
 
-    def keeps_source(a: int, b: int) -> bool:
-        return input_ends.get(bystanders.get(crossing[a], ""), -1) > b  # type: ignore[arg-type]
+    def keeps_source(source: str, b: int) -> bool:
+        return source in bystanders and input_ends[bystanders[source]] > b
 
     # a tile's sink is the region of its grid cell: not an upsampling layer's, whose tile writes more
-    return [Block(a, b, crossing[a], crossing[b], beside(a, b), keeps_source(a, b))  # type: ignore[arg-type]
-            for a in starts for b in ends
+    return [Block(a, b, source, crossing[b], beside(source, b), keeps_source(source, b))  # type: ignore[arg-type]
+            for a, source in starts for b in ends
             if a < b <= a + MAX_BLOCK_LAYERS and any(layer.type in PAD_IDS for layer in graph.order[a + 1:b + 1])
             and not _is_upsampling(graph.order[b])
-            and not any(set(layer.bottoms) & bystanders.keys() - {crossing[a]} for layer in graph.order[a + 1:b + 1])]
+            and not any(set(layer.bottoms) & bystanders.keys() - {source} for layer in graph.order[a + 1:b + 1])]
 
 
 @dataclass(frozen=True)
