@@ -245,6 +245,20 @@ def test_a_tiled_unet_equals_the_untiled_one(grid: tuple[int, int], tmp_path: Pa
     assert {b: measured[b] for b in tiled_shapes} == tiled_shapes
 
 
+def _assert_whole_model_tiled_equals(text: str, name: str, seed: int, tmp_path: Path) -> tuple[Graph, dict]:
+    """`text` (input x0 at 29x37, output out) with every layer after its input run as 2x2 and 3x2 tiles
+    equals it under direct convolution (bit-level kernels alike); its graph and shapes."""
+    param, modelbin, graph, shapes, original = _model(text, "1,3,29,37", tmp_path, name)
+    x = np.random.default_rng(seed).standard_normal(shapes["x0"].numpy()).astype(np.float32)
+    for grid in ((2, 2), (3, 2)):
+        tiled_param, tiled_bin, _ = spatial.rewrite(param, shapes, graph.order[1:], "x0", "out", *grid, modelbin)
+        tiled = _write(tiled_param, tiled_bin, tmp_path, f"{name}_tiled")
+        direct = {"winograd": False, "sgemm": False}
+        ref, got = (run_stock(*files, {"x0": x}, ["out"], **direct)["out"] for files in (original, tiled))
+        assert relative_error(ref, got) < 1e-6, grid
+    return graph, shapes
+
+
 @pytest.mark.parametrize("layer", [
     "Interp u 1 1 x y 0=1 1=4.0 2=4.0",               # nearest, by 4
     "Interp u 1 1 x y 0=2 3=58 4=74",                 # bilinear, to twice the size
@@ -254,14 +268,7 @@ def test_a_tiled_unet_equals_the_untiled_one(grid: tuple[int, int], tmp_path: Pa
 def test_an_upsampling_layer_in_a_tile_equals_the_whole_one(layer: str, tmp_path: Path) -> None:
     text = f"7767517\n4 4\nInput x0 0 1 x0 0=37 1=29 2=3\nConvolution c 1 1 x0 x 0=8 1=3 4=1 5=1 6=216\n{layer}\n" \
            "Convolution h 1 1 y out 0=4 1=3 4=1 5=1 6=288\n"
-    param, modelbin, graph, shapes, original = _model(text, "1,3,29,37", tmp_path, "up")
-    for grid in ((2, 2), (3, 2)):
-        tiled_param, tiled_bin, _ = spatial.rewrite(param, shapes, graph.order[1:], "x0", "out", *grid, modelbin)
-        tiled = _write(tiled_param, tiled_bin, tmp_path, "up_tiled")
-        x = np.random.default_rng(3).standard_normal(shapes["x0"].numpy()).astype(np.float32)
-        direct = {"winograd": False, "sgemm": False}
-        ref, got = (run_stock(*files, {"x0": x}, ["out"], **direct)["out"] for files in (original, tiled))
-        assert relative_error(ref, got) < 1e-6, (layer, grid)
+    _assert_whole_model_tiled_equals(text, "up", 3, tmp_path)
 
 
 def test_an_lrn_across_channels_in_a_tile_equals_the_whole_one(tmp_path: Path) -> None:
@@ -270,15 +277,8 @@ def test_an_lrn_across_channels_in_a_tile_equals_the_whole_one(tmp_path: Path) -
     ends a block."""
     text = "7767517\n4 4\nInput x0 0 1 x0 0=37 1=29 2=3\nConvolution c 1 1 x0 x 0=16 1=3 4=1 5=1 6=432\n" \
            "LRN n 1 1 x y 0=0 1=5 2=0.0001 3=0.75\nConvolution h 1 1 y out 0=4 1=3 4=1 5=1 6=576\n"
-    param, modelbin, graph, shapes, original = _model(text, "1,3,29,37", tmp_path, "lrn")
+    graph, shapes = _assert_whole_model_tiled_equals(text, "lrn", 4, tmp_path)
     assert _block_names(graph, shapes) == [("c", "h")]
-    for grid in ((2, 2), (3, 2)):
-        tiled_param, tiled_bin, _ = spatial.rewrite(param, shapes, graph.order[1:], "x0", "out", *grid, modelbin)
-        tiled = _write(tiled_param, tiled_bin, tmp_path, "lrn_tiled")
-        x = np.random.default_rng(4).standard_normal(shapes["x0"].numpy()).astype(np.float32)
-        direct = {"winograd": False, "sgemm": False}
-        ref, got = (run_stock(*files, {"x0": x}, ["out"], **direct)["out"] for files in (original, tiled))
-        assert relative_error(ref, got) < 1e-6, grid
     _, _, graph, shapes, _ = _model(text.replace("0=0 1=5", "0=1 1=5"), "1,3,29,37", tmp_path, "lrn_within")
     assert ("c", "h") not in _block_names(graph, shapes)
 
@@ -293,15 +293,8 @@ def test_a_constant_padding_in_a_tile_equals_the_whole_one(padding: str, tmp_pat
            "ConvolutionDepthWise h 1 1 y out 0=CH 1=3 3=2 5=1 6=KW 7=CH\n"
     channels = 12 if "8=4" in padding else 8
     text = text.replace("CH", str(channels)).replace("KW", str(9 * channels))
-    param, modelbin, graph, shapes, original = _model(text, "1,3,29,37", tmp_path, "pad")
+    graph, shapes = _assert_whole_model_tiled_equals(text, "pad", 5, tmp_path)
     assert _block_names(graph, shapes) == [("c", "h")]
-    for grid in ((2, 2), (3, 2)):
-        tiled_param, tiled_bin, _ = spatial.rewrite(param, shapes, graph.order[1:], "x0", "out", *grid, modelbin)
-        tiled = _write(tiled_param, tiled_bin, tmp_path, "pad_tiled")
-        x = np.random.default_rng(5).standard_normal(shapes["x0"].numpy()).astype(np.float32)
-        direct = {"winograd": False, "sgemm": False}
-        ref, got = (run_stock(*files, {"x0": x}, ["out"], **direct)["out"] for files in (original, tiled))
-        assert relative_error(ref, got) < 1e-6, grid
     _, _, graph, shapes, _ = _model(text.replace("pad 1 1 x y", "pad 1 1 x y 4=1"), "1,3,29,37", tmp_path, "edge")
     assert ("c", "h") not in _block_names(graph, shapes)  # replicated borders: a tile's are not the image's
 
