@@ -322,11 +322,21 @@ def test_no_block_ends_at_an_upsampling_layer(tmp_path: Path) -> None:
 
 
 def test_a_block_starts_from_floats(tmp_path: Path) -> None:
-    """A requantizing int8 layer (param 8 > 100) writes int8, which NCNN's Crop and Concat do not take."""
-    text = "7767517\n4 4\nInput x0 0 1 x0 0=16 1=16 2=3\nConvolution q 1 1 x0 x 0=8 1=1 6=24 8=102\n" \
+    """A requantizing int8 layer (param 8 > 100) writes int8, which NCNN's Crop and Concat do not take:
+    no block starts or ends at its output, and no tile crops it; inside a tile it runs like any layer."""
+    text = "7767517\n4 4\nInput x0 0 1 x0 0=37 1=29 2=3\nConvolution q 1 1 x0 x 0=8 1=1 6=24 8=102\n" \
            "Convolution c 1 1 x y 0=8 1=3 4=1 6=576 8=2\nConvolution h 1 1 y out 0=4 1=3 4=1 6=288\n"
-    _, _, graph, shapes, _ = _model(text, "1,3,16,16", tmp_path, "q")
-    assert _block_names(graph, shapes) == []
+    graph, shapes = _assert_whole_model_tiled_equals(text, "q", 6, tmp_path)
+    names = _block_names(graph, shapes)
+    assert names and all(start != "c" and end != "q" for start, end in names)
+    # a padded 3x3 and a 1x1 convolution read the int8 blob: a tile's 1x1 would read a crop of it
+    text = "7767517\n7 9\nInput x0 0 1 x0 0=37 1=29 2=3\nConvolution q 1 1 x0 x 0=8 1=1 6=24 8=102\n" \
+           "Split s 1 2 x xa xb\nConvolution c 1 1 xa y 0=8 1=3 4=1 6=576 8=2\n" \
+           "Convolution d 1 1 xb z 0=8 1=1 6=64 8=2\nBinaryOp add 2 1 y z sum 0=0\n" \
+           "Convolution h 1 1 sum out 0=4 1=3 4=1 6=288\n"
+    _, _, graph, shapes, _ = _model(text, "1,3,29,37", tmp_path, "q_branches")
+    assert ("q", "h") in _block_names(graph, shapes)
+    assert not [o for o in spatial.options(graph, shapes, analyze(graph, shapes), HOST) if "q" in o.layers]
 
 
 def test_tiles_hold_less_than_the_whole_layers(tmp_path: Path) -> None:

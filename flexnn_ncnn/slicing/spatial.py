@@ -154,7 +154,7 @@ def _windows(layer: Layer, in_shape: BlobShape) -> tuple[Window, Window] | None:
     if layer.type in PER_ELEMENT or (layer.type == "LRN" and p.get_int(0, 0) == LRN_ACROSS_CHANNELS):
         return IDENTITY, IDENTITY
     if layer.type in ("Convolution", "ConvolutionDepthWise"):
-        if p.get_int(19, 0) or _int8_output(layer):  # weights from a second input; an int8 output
+        if p.get_int(19, 0):  # weights from a second input
             return None
         kw, dw, sw = p.get_int(1, 0), p.get_int(2, 1), p.get_int(3, 1)
         kh, dh, sh = p.get_int(11, kw), p.get_int(12, dw), p.get_int(13, sw)
@@ -317,7 +317,9 @@ def _run_blocks(graph: Graph, shapes: dict[str, BlobShape], cuts: list[int], cro
     starts = [(a, source) for k, (a, _) in enumerate(segments) if (source := crossing[a]) is not None
               and (k == 0 or down[k - 1] or source in bystanders) and consumers.get(source, 0) == 1
               and not _int8_output(graph.order[a])]
-    ends = [b for k, (_, b) in enumerate(segments) if down[k] or k == len(segments) - 1]
+    # and ends at floats: a requantizing layer's int8 output (a tile's sink) goes through no Concat
+    ends = [b for k, (_, b) in enumerate(segments) if (down[k] or k == len(segments) - 1)
+            and not _int8_output(graph.order[graph.producer[crossing[b]]])]  # type: ignore[index]
     input_ends: dict[str, int] = {}  # model input -> the last layer reading it or a copy of it
     for b, root in bystanders.items():
         input_ends[root] = max(input_ends.get(root, 0), graph.last_use[b])
@@ -595,6 +597,10 @@ def _block_need(block_layers: list[Layer], shapes: dict[str, BlobShape], block: 
     macs = sum(_macs(block_layers, shapes, g.regions) for row in geometries for g in row)
     if macs > MAX_RECOMPUTE * _macs(block_layers, shapes):
         return None
+    int8_blobs = _int8_blobs(block_layers)
+    if any(g.reads[(layer.name, i)] != g.regions[b] for row in geometries for g in row
+           for layer in block_layers for i, b in enumerate(layer.bottoms) if b in int8_blobs):
+        return None  # a tile would crop a requantizing layer's int8 output: NCNN's Crop does not take it
     need, done_rows = 0, 0
     for row in geometries:
         done_tiles = 0
@@ -618,6 +624,15 @@ def _int8_output(layer: Layer) -> bool:
     """The layer writes an int8 blob: a quantizing layer, or an int8 layer that requantizes (param 8 > 100)."""
     return layer.type in ("Quantize", "Requantize") or (
         layer.type in ("Convolution", "ConvolutionDepthWise", "InnerProduct") and layer.params.get_int(8, 0) > 100)
+
+
+def _int8_blobs(layers: list[Layer]) -> set[str]:
+    """The blobs of `layers` that hold int8: requantizing layers' outputs and Split copies of them."""
+    found: set[str] = set()
+    for layer in layers:
+        if _int8_output(layer) or (layer.type == "Split" and layer.bottoms[0] in found):
+            found.update(layer.tops)
+    return found
 
 
 def _is_upsampling(layer: Layer) -> bool:
