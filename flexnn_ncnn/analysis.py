@@ -444,7 +444,7 @@ def _runtime_weight_bytes(layer: Layer) -> int:
                for s in weight_specs(layer))
 
 
-def _fixed_model(layer: Layer, in_shape: BlobShape | None) -> FixedModel:
+def _fixed_model(layer: Layer, in_shape: BlobShape | None, out_shape: BlobShape | None) -> FixedModel:
     weights = _runtime_weight_bytes(layer)
     if layer.type == "MultiHeadAttention" and in_shape is not None:
         seq, embed = in_shape.h, in_shape.w
@@ -455,6 +455,15 @@ def _fixed_model(layer: Layer, in_shape: BlobShape | None) -> FixedModel:
         return FixedModel(weights, _pooling_border_bytes(layer.params, in_shape), "-")
     if layer.type == "LRN" and in_shape is not None and in_shape.dims == 3:
         return FixedModel(weights, _lrn_scratch_bytes(layer.params, in_shape), "-")
+    requantized = layer.params.get_int(8, 0) - 100
+    if requantized > 0 and in_shape is not None and out_shape is not None:
+        # a requantizing int8 layer computes as its dequantizing twin (quantized input, im2col, int32
+        # sums) and requantizes the sums per element; it is not cut
+        params = layer.params.copy()
+        params.set(8, requantized)
+        whole = _int8_model(replace(layer, params=params), in_shape, out_shape)
+        if whole is not None:
+            return FixedModel(weights, whole.cost(whole.kernels[0], whole.rows).intermediates, "default")
     return FixedModel(weights, 0, "-" if not weights else "default")
 
 
@@ -513,7 +522,7 @@ def analyze_layer(index: int, layer: Layer, live_bytes: int, in_shape: BlobShape
                      or _matrix_model(layer, in_shape, out_shape)
                      or _int8_model(layer, in_shape, out_shape) or _deconv_model(layer, in_shape, out_shape))
         if model is None:
-            model = _fixed_model(layer, in_shape)
+            model = _fixed_model(layer, in_shape, out_shape)
         weights = _runtime_weight_bytes(layer)
     except UserError as e:
         raise UserError(f"layer {layer.name} ({layer.type}): {e}") from None
