@@ -456,7 +456,7 @@ def _fixed_model(layer: Layer, in_shape: BlobShape | None, out_shape: BlobShape 
     if layer.type == "LRN" and in_shape is not None and in_shape.dims == 3:
         return FixedModel(weights, _lrn_scratch_bytes(layer.params, in_shape), "-")
     requantized = layer.params.get_int(8, 0) - 100
-    if requantized > 0 and in_shape is not None and out_shape is not None:
+    if layer.type == "Convolution" and requantized > 0 and in_shape is not None and out_shape is not None:
         # a requantizing int8 layer computes as its dequantizing twin (quantized input, im2col, int32
         # sums) and requantizes the sums per element; it is not cut
         params = layer.params.copy()

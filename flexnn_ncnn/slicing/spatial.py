@@ -184,7 +184,8 @@ def _pads(layer: Layer, in_shape: BlobShape) -> tuple[int, int, int, int]:
     if layer.type == "Pooling":
         return pooling_pads(p, in_shape)
     if layer.type == "Padding":
-        return tuple(p.get_int(i, 0) for i in PAD_IDS["Padding"])  # type: ignore[return-value]
+        left, right, top, bottom = (p.get_int(i, 0) for i in PAD_IDS["Padding"])
+        return left, right, top, bottom
     if layer.type not in PAD_IDS:
         return 0, 0, 0, 0
     li, ri, ti, bi = PAD_IDS[layer.type]
