@@ -10,7 +10,9 @@ from .param import Layer, NcnnParam
 
 @dataclass(frozen=True)
 class Graph:
-    """Layers in a topological order (file order where it already is one) and each blob's lifetime."""
+    """Layers in NCNN's run order and each blob's lifetime. NCNN runs a layer once its bottoms exist,
+    making each missing bottom first, in the layer's bottom order (Net's forward_layer), for each
+    output in turn; Input layers come first (their blobs are fed before the run)."""
 
     order: list[Layer]
     producer: dict[str, int]          # blob -> index in `order` of the layer writing it
@@ -51,11 +53,36 @@ class Graph:
         if len(order) != len(param.layers):
             stuck = next(layer.name for layer in param if remaining[id(layer)] > 0)
             raise UserError(f"the network has a cycle (layer {stuck} never becomes ready)")
+        # the outputs in that topological order (file order where it already is one), then NCNN's order
+        outputs = [top for layer in order for top in layer.tops if top not in consumers]
+        order = _run_order(order, producer_of, outputs)
         producer = {top: i for i, layer in enumerate(order) for top in layer.tops}
         last_use = dict(producer)
         for i, layer in enumerate(order):
             for b in layer.bottoms:
                 last_use[b] = max(last_use[b], i)
         inputs = [top for layer in order if layer.type == "Input" for top in layer.tops]
-        outputs = [b for b in producer if b not in consumers]
         return cls(order, producer, last_use, inputs, outputs)
+
+
+def _run_order(topological: list[Layer], producer_of: dict[str, Layer], outputs: list[str]) -> list[Layer]:
+    """NCNN's run order of an acyclic graph: the Input layers, then, for each output, its producer
+    after the producers of its bottoms (depth first, in bottom order). Layers no output needs (no
+    tops) run last, in `topological` order: NCNN never runs them."""
+    order = [layer for layer in topological if layer.type == "Input"]
+    done = {id(layer) for layer in order}
+    for blob in outputs:
+        stack = [(producer_of[blob], 0)]  # (layer, its next bottom to make)
+        while stack:
+            layer, k = stack.pop()
+            if id(layer) in done:
+                continue
+            if k < len(layer.bottoms):
+                stack.append((layer, k + 1))
+                below = producer_of[layer.bottoms[k]]
+                if id(below) not in done:
+                    stack.append((below, 0))
+                continue
+            done.add(id(layer))
+            order.append(layer)
+    return order + [layer for layer in topological if id(layer) not in done]
