@@ -105,6 +105,19 @@ def test_the_smallest_budget_packs_nested_lifetimes_at_their_peak() -> None:
     assert_tight(profile, "flexnn", minimum)
 
 
+def test_the_smallest_budget_tries_each_greedy_order() -> None:
+    # by area (bytes x steps) the 3072 B activation of steps 3-4 is placed before the 4096 B one of
+    # step 4, which then lands above it (10,240 B), and the layer-order pass needs 8192 B; by size,
+    # the largest first, all four pack at the peak of steps 3 and 4 (7168 B)
+    profile = Profile((TensorUse(0, "activation", 0, 3072, 0, 3), TensorUse(1, "activation", 0, 1024, 1, 3),
+                       TensorUse(3, "activation", 0, 3072, 3, 4), TensorUse(4, "activation", 0, 4096, 4, 4)),
+                      (LayerCost(1.0, 1.0),) * 5)
+    assert planning.min_feasible_budget(profile, "algorithm1") == 8192
+    minimum = planning.min_feasible_budget(profile)
+    assert minimum == planning.lower_bound(profile) == 7168
+    assert_tight(profile, "flexnn", minimum)
+
+
 def test_a_generous_budget_preloads_with_algorithm1_and_pins_with_flexnn() -> None:
     profile = chain_profile()
     weights = [i for i, t in enumerate(profile.tensors) if t.role == "weight"]

@@ -82,10 +82,10 @@ Status does_not_fit(const LayoutInput& in, int tensor, const LayoutRequest& requ
                          std::to_string(request.capacity) + " B");
 }
 
-// Greedy by size: every non-pinned tensor over [first_use, last_use + 1), the largest (bytes x
-// steps) first, at the lowest offset free over its steps. A weight's load then waits for the latest
-// computation that last used bytes it is laid over, as in place_layer.
-Status lay_out_by_size(const LayoutInput& in, const LayoutRequest& request, const std::vector<char>& pinned, Occupancy& occupancy,
+// Greedy: every non-pinned tensor over [first_use, last_use + 1), in the request's packing order
+// (ties: the profile's order), at the lowest offset free over its steps. A weight's load then waits
+// for the latest computation that last used bytes it is laid over, as in place_layer.
+Status lay_out_greedy(const LayoutInput& in, const LayoutRequest& request, const std::vector<char>& pinned, Occupancy& occupancy,
                        std::vector<Placement>& placements)
 {
     const std::vector<TensorUse>& tensors = in.profile.tensors;
@@ -95,12 +95,13 @@ Status lay_out_by_size(const LayoutInput& in, const LayoutRequest& request, cons
         if (tensors[i].role != Role::Weight || !pinned[tensors[i].layer])
             order.push_back(i);
     }
-    // the largest areas of the address x step plane first: long-lived and large tensors settle low,
-    // the short ones fill the gaps between them
-    std::vector<double> area(tensors.size());
+    std::vector<double> key(tensors.size());
     for (int i : order)
-        area[i] = double(in.sizes[i]) * (tensors[i].last_use - tensors[i].first_use + 1);
-    std::sort(order.begin(), order.end(), [&area](int a, int b) { return area[a] != area[b] ? area[a] > area[b] : a < b; });
+    {
+        const double bytes = double(in.sizes[i]), steps = tensors[i].last_use - tensors[i].first_use + 1;
+        key[i] = request.packing == Packing::BySize ? bytes : request.packing == Packing::ByLifetime ? steps : bytes * steps;
+    }
+    std::stable_sort(order.begin(), order.end(), [&key](int a, int b) { return key[a] > key[b]; });
     for (int i : order)
     {
         const TensorUse& t = tensors[i];
@@ -180,8 +181,8 @@ Status lay_out(const LayoutInput& in, const LayoutRequest& request, std::vector<
     if (floor > request.capacity)
         return Status::error("the pinned weights (" + std::to_string(floor) + " B) do not fit in " + std::to_string(request.capacity) + " B");
     Occupancy occupancy(floor, request.capacity, layer_count);
-    if (request.by_size)
-        return lay_out_by_size(in, request, pinned, occupancy, placements);
+    if (request.packing != Packing::LayerOrder)
+        return lay_out_greedy(in, request, pinned, occupancy, placements);
 
     // activations first, each at the end of the arena where it keeps its side lower (zoned: the bottom)
     const Fits fits = fits_for(in, request);

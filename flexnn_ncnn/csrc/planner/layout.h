@@ -4,9 +4,9 @@
 // One pass of the paper's Algorithm 1 at one arena capacity: pinned weights stacked from address 0,
 // activations first at both ends of the rest, then per layer its weights with the earliest
 // feasible preload and its intermediates; a layer that does not fit is laid out again without
-// preloading; a layer that still does not fit fails the pass. Or (LayoutRequest::by_size) every
-// tensor placed over its own steps by size, largest first; a weight then loads as soon as its bytes
-// are free.
+// preloading; a layer that still does not fit fails the pass. Or (LayoutRequest::packing) every
+// tensor placed over its own steps, in one of three greedy orders; a weight then loads as soon as
+// its bytes are free.
 
 #include "planner/plan.h"
 #include "planner/profile.h"
@@ -32,6 +32,18 @@ struct LayoutInput
     std::vector<std::vector<int> > intermediates;   // per layer, by ordinal
 };
 
+// How a pass orders the tensors it places. LayerOrder is Algorithm 1's pass; the greedy orders place
+// every tensor over its own steps at the lowest offset free there, and pack closer to the live-bytes
+// lower bound where the layer-order pass leaves gaps no later tensor fits. None of them is best on
+// every profile (the smallest budgets try all three).
+enum class Packing
+{
+    LayerOrder,
+    ByArea,     // bytes x steps, largest first: long-lived and large tensors settle low
+    BySize,     // bytes, largest first
+    ByLifetime, // steps, longest first
+};
+
 struct LayoutRequest
 {
     uint64_t capacity;        // usable arena bytes, a multiple of the alignment
@@ -41,10 +53,7 @@ struct LayoutRequest
     // a mapped input: records from the top of the arena, every other tensor from the bottom
     // (layout.cpp's fits_for); off, or not mapped: the algorithm's fit for all
     bool zoned = false;
-    // every tensor over its own steps, the largest first, each at the lowest offset free there:
-    // packs closer to the live-bytes lower bound where the layer-order pass leaves gaps no later
-    // tensor fits
-    bool by_size = false;
+    Packing packing = Packing::LayerOrder;
 };
 
 // Fills `placements` (parallel to the profile's tensors) with offsets and load times, or returns

@@ -19,8 +19,8 @@ uint64_t usable(uint64_t budget, uint64_t alignment)
 }
 
 // make_plan's first layout at `budget`, unpinned: zoned when the input is mapped, else (or when
-// that does not fit) the algorithm's fit for all; when neither fits, FlexNN's tensors by size
-// (the smallest budgets). `request` becomes the one laid out.
+// that does not fit) the algorithm's fit for all; when neither fits, FlexNN's greedy packings in
+// turn (the smallest budgets). `request` becomes the one laid out.
 Status first_layout(const LayoutInput& in, uint64_t budget, Algorithm algorithm, LayoutRequest& request,
                     std::vector<Placement>& placements)
 {
@@ -31,13 +31,15 @@ Status first_layout(const LayoutInput& in, uint64_t budget, Algorithm algorithm,
         request.zoned = false;
         fit = lay_out(in, request, placements);
     }
-    if (!fit.ok() && algorithm == Algorithm::FlexNN)
+    if (fit.ok() || algorithm != Algorithm::FlexNN)
+        return fit;
+    for (Packing packing : {Packing::ByArea, Packing::BySize, Packing::ByLifetime})
     {
-        LayoutRequest by_size = request;
-        by_size.by_size = true;
-        if (lay_out(in, by_size, placements).ok())
+        LayoutRequest greedy = request;
+        greedy.packing = packing;
+        if (lay_out(in, greedy, placements).ok())
         {
-            request = by_size;
+            request = greedy;
             return Status();
         }
     }
