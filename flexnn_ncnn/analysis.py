@@ -19,6 +19,9 @@ formulas follow NCNN's x86/ARM convolution paths (paper §3.2):
   their own, one after another (Split → per group a Crop of its input channels → Convolution →
   Concat), each cut like any Convolution: one group's weights at a time, beside the cropped channels
   and the group outputs the Concat waits for.
+- Layers not cut (FixedModel): their weights, and the scratch NCNN makes: a padded Pooling's or
+  depthwise convolution's bordered input (an int8 depthwise one quantizes its input, then borders
+  it), LRN's squares and sums, a requantizing int8 convolution's quantized input, im2col and sums.
 
 Weights slicing to `width` output channels/rows leaves one slice resident, and adds one output-sized
 buffer: the partial outputs are all alive when Concat writes the merged one.
@@ -43,8 +46,8 @@ GROUPED = "grouped"  # a grouped convolution run as NCNN runs it, every group in
 WIDEST_PACK = 16  # channels in the widest SIMD pack NCNN lays activations out in (fp32 on AVX-512)
 
 
-def _mat_bytes(c: int, plane: int) -> int:
-    return c * ((plane * 4 + 15) // 16 * 16)
+def _mat_bytes(c: int, plane: int, elemsize: int = 4) -> int:
+    return c * ((plane * elemsize + 15) // 16 * 16)
 
 
 def _winograd_m(kernel: str) -> int:
@@ -308,7 +311,7 @@ CostModel = ConvModel | MatrixModel | Int8Model | DeconvModel | GroupedConvModel
 
 @dataclass(frozen=True)
 class LayerAnalysis:
-    index: int            # position in the topological order
+    index: int            # position in NCNN's run order (Graph.order)
     layer: Layer
     live_bytes: int       # activations resident while the layer runs (its inputs and outputs included)
     weight_bytes: int     # the layer's weights as NCNN holds them after loading (fp32)
@@ -330,15 +333,29 @@ def _conv_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> Conv
     dw = p.get_int(2, 1)
     sw = p.get_int(3, 1)
     sh, dh = p.get_int(13, sw), p.get_int(12, dw)
-    pl = p.get_int(4, 0)
-    pads = (pl, p.get_int(15, pl), p.get_int(14, pl), p.get_int(16, p.get_int(14, pl)))
-    bands_border = min(pads) >= 0 and p.get(18, 0) == 0
-    if min(pads) < 0:  # SAME padding (-233 upper, -234 lower): the total NCNN adds so the output has its size
-        pad_w = max((out_shape.w - 1) * sw + (kw - 1) * dw + 1 - in_shape.w, 0)
-        pad_h = max((out_shape.h - 1) * sh + (kh - 1) * dh + 1 - in_shape.h, 0)
-        pads = (*same_pads(pad_w, pl == -234), *same_pads(pad_h, pl == -234))
+    bands_border = min(_explicit_pads(p)) >= 0 and p.get(18, 0) == 0
+    pads = conv_pads(p, in_shape, out_shape)
     return ConvModel(in_shape.c, p.get_int(0, 0), kh, kw, (sh, sw), (dh, dw), (in_shape.h, in_shape.w), pads,
                      (out_shape.h, out_shape.w), bool(p.get_int(5, 0)), out_shape.nbytes, bands_border)
+
+
+def _explicit_pads(p: ParamDict) -> tuple[int, int, int, int]:
+    pl = p.get_int(4, 0)
+    return pl, p.get_int(15, pl), p.get_int(14, pl), p.get_int(16, p.get_int(14, pl))
+
+
+def conv_pads(p: ParamDict, in_shape: BlobShape, out_shape: BlobShape) -> tuple[int, int, int, int]:
+    """(left, right, top, bottom) a Convolution or ConvolutionDepthWise borders its input with: the
+    explicit pads, or for SAME padding (-233 upper, -234 lower) the total that keeps the output's size."""
+    pads = _explicit_pads(p)
+    if min(pads) >= 0:
+        return pads
+    kw = p.get_int(1, 0)
+    kh, dw, sw = p.get_int(11, kw), p.get_int(2, 1), p.get_int(3, 1)
+    sh, dh = p.get_int(13, sw), p.get_int(12, dw)
+    pad_w = max((out_shape.w - 1) * sw + (kw - 1) * dw + 1 - in_shape.w, 0)
+    pad_h = max((out_shape.h - 1) * sh + (kh - 1) * dh + 1 - in_shape.h, 0)
+    return (*same_pads(pad_w, pads[0] == -234), *same_pads(pad_h, pads[0] == -234))
 
 
 def group_convolution(layer: Layer) -> Layer:
@@ -455,6 +472,15 @@ def _fixed_model(layer: Layer, in_shape: BlobShape | None, out_shape: BlobShape 
         return FixedModel(weights, _pooling_border_bytes(layer.params, in_shape), "-")
     if layer.type == "LRN" and in_shape is not None and in_shape.dims == 3:
         return FixedModel(weights, _lrn_scratch_bytes(layer.params, in_shape), "-")
+    if layer.type == "ConvolutionDepthWise" and in_shape is not None and out_shape is not None and in_shape.dims == 3:
+        # a depthwise convolution (a grouped one is a GroupedConvModel) computes from a bordered copy;
+        # an int8 one quantizes its input first and borders that
+        pads = conv_pads(layer.params, in_shape, out_shape)
+        if is_int8(layer):
+            scratch = _mat_bytes(in_shape.c, in_shape.h * in_shape.w, 1) + _border_bytes(pads, in_shape, 1)
+        else:
+            scratch = _border_bytes(pads, in_shape)
+        return FixedModel(weights, scratch, "default")
     requantized = layer.params.get_int(8, 0) - 100
     if layer.type == "Convolution" and requantized > 0 and in_shape is not None and out_shape is not None:
         # a requantizing int8 layer computes as its dequantizing twin (quantized input, im2col, int32
@@ -496,10 +522,15 @@ def _pooling_border_bytes(p: ParamDict, shape: BlobShape) -> int:
     """The bordered copy of its input a padded Pooling makes; 0 when it pads nothing."""
     if p.get_int(4, 0) or p.get_int(7, 0):  # global and adaptive pooling read the input as it is
         return 0
-    left, right, top, bottom = pooling_pads(p, shape)
-    if not any((left, right, top, bottom)):
+    return _border_bytes(pooling_pads(p, shape), shape)
+
+
+def _border_bytes(pads: tuple[int, int, int, int], shape: BlobShape, elemsize: int = 4) -> int:
+    """A copy of a `shape` blob bordered by `pads` (left, right, top, bottom); 0 when they pad nothing."""
+    left, right, top, bottom = pads
+    if not any(pads):
         return 0
-    return _mat_bytes(shape.c, (shape.w + left + right) * (shape.h + top + bottom))
+    return _mat_bytes(shape.c, (shape.w + left + right) * (shape.h + top + bottom), elemsize)
 
 
 def _lrn_scratch_bytes(p: ParamDict, shape: BlobShape) -> int:
