@@ -10,11 +10,13 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 WORK=${1:-build/hot-code}
 STRUCTURES="mobilenet_ssd squeezenet_int8 yolo-fastestv2 shufflenet_v2 efficientnet_b0 blazeface googlenet resnet18
-            mobilenet_ssd_int8 mobilenet_v2 alexnet resnet50 squeezenet_ssd googlenet_int8"
-# name and budget: each model at 16 MB (or its smallest budget where 16 MB does not fit), ResNet-152 at
-# its smallest (a spatially tiled stem), VGG-19 at 16 MB (tiled too), and the project's YOLO and UNet
-# structures (detection heads, Interp, Deconvolution)
-PLANS="$(for s in $STRUCTURES; do echo "bench:$s 16MB"; done
+            mobilenet_ssd_int8 mobilenet_v2 alexnet resnet50 squeezenet_ssd googlenet_int8 mobilenet mnasnet
+            proxylessnasnet squeezenet shufflenet"
+# name and budget: each structure at 16 MB (or its smallest budget where 16 MB does not fit) and at its
+# smallest (spatial tiles: Crop, Concat, Padding), ResNet-152 at its smallest (a spatially tiled stem),
+# VGG-19 at 16 MB (tiled too), and the project's YOLO and UNet structures (detection heads, Interp,
+# Deconvolution)
+PLANS="$(for s in $STRUCTURES; do printf 'bench:%s 16MB\nbench:%s min\n' "$s" "$s"; done
          printf 'mobilenetv2 16MB\nsqueezenet 16MB\nresnet152 min\nvgg19 16MB\nstruct:yolov3_tiny 16MB\nstruct:unet 16MB\n')"
 
 "$PYTHON" -m flexnn_ncnn.build --target host --code-trace
@@ -22,11 +24,11 @@ mkdir -p "$WORK/models"
 while read -r name budget; do
     stem=${name/:/-}
     [ -f "$WORK/models/$stem.json" ] || "$PYTHON" -m flexnn_ncnn.models "$name" -o "$WORK/models"
-    [ -f "$WORK/$stem/$stem.flexnn.plan.json" ] && continue
+    [ -f "$WORK/$stem-$budget/$stem.flexnn.plan.json" ] && continue
     shape=$("$PYTHON" -c 'import json, sys; print(",".join(map(str, [1, *json.load(open(sys.argv[1]))["inputs"][0]["shape"]])))' \
             "$WORK/models/$stem.json")
-    args=("$WORK/models/$stem.param" --bin "$WORK/models/$stem.bin" --input-shape "$shape" --threads 2 -o "$WORK/$stem")
+    args=("$WORK/models/$stem.param" --bin "$WORK/models/$stem.bin" --input-shape "$shape" --threads 2 -o "$WORK/$stem-$budget")
     "$PYTHON" -m flexnn_ncnn.slice "${args[@]}" --budget "$budget" || "$PYTHON" -m flexnn_ncnn.slice "${args[@]}" --budget min
 done <<< "$PLANS"
-"$PYTHON" -m flexnn_ncnn.code_trace "$WORK"/*/*.flexnn.plan.json -o flexnn_ncnn/hot_code/x86.txt
+"$PYTHON" -m flexnn_ncnn.code_trace "$WORK"/*-*/*.flexnn.plan.json -o flexnn_ncnn/hot_code/x86.txt
 "$PYTHON" -m flexnn_ncnn.build --target host
