@@ -1,4 +1,4 @@
-"""Graph facts of an NCNN network: producers, consumers, topological order, blob lifetimes."""
+"""Graph facts of an NCNN network: producers, consumers, the order NCNN runs it in, blob lifetimes."""
 
 from __future__ import annotations
 
