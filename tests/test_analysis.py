@@ -155,20 +155,27 @@ Concat           cat    2 1 s d2 out 0=0
     assert by_name["cat"].live_bytes == data + small + shapes["out"].nbytes
 
 
+def _one_layer_scratch(text: str, shape: BlobShape, kernel: str, tmp_path, fp16: bool = True) -> tuple[int, int]:
+    """A one-layer model (input blob `data`) and its intermediates: the analysis' estimate for `kernel`,
+    and what NCNN allocates, as the runtime's profile of it records."""
+    param = NcnnParam.parse(text)
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {"data": shape})
+    estimate = analyze(graph, shapes)[1].model.cost(kernel).intermediates
+    (tmp_path / "one.param").write_text(text)
+    with open(tmp_path / "one.bin", "wb") as f:
+        random_modelbin(param, seed=1).write(f)
+    profile = prepare_model(tmp_path / "one.param", tmp_path / "one.bin", 1 << 30,
+                            options=RuntimeOptions(threads=1, fp16=fp16)).profile
+    return estimate, sum(t.size for t in profile.tensors if t.role == "intermediate")
+
+
 @pytest.mark.parametrize("region", [0, 1])
 def test_lrn_scratch_is_what_ncnn_allocates(region: int, tmp_path) -> None:
     """LRN squares its input and sums the squares across channels (or borders them within one): two
     input-sized scratch blobs, as the runtime's profile of NCNN's own LRN records them."""
     text = f"7767517\n2 2\nInput in 0 1 data 0=37 1=29 2=24\nLRN n 1 1 data out 0={region} 1=5 2=0.0001 3=0.75\n"
-    param = NcnnParam.parse(text)
-    graph = Graph.build(param)
-    shapes = infer_shapes(param, graph, {"data": BlobShape(3, 37, 29, 1, 24)})
-    estimate = analyze(graph, shapes)[1].model.cost("-").intermediates
-    (tmp_path / "lrn.param").write_text(text)
-    (tmp_path / "lrn.bin").write_bytes(b"")
-    profile = prepare_model(tmp_path / "lrn.param", tmp_path / "lrn.bin", 1 << 30,
-                            options=RuntimeOptions(threads=1, fp16=False)).profile
-    measured = sum(t.size for t in profile.tensors if t.role == "intermediate")
+    estimate, measured = _one_layer_scratch(text, BlobShape(3, 37, 29, 1, 24), "-", tmp_path, fp16=False)
     assert measured > 0 and abs(estimate - measured) <= 64 * 24, (estimate, measured)
 
 
@@ -180,15 +187,7 @@ def test_a_depthwise_convolutions_bordered_copy_is_what_ncnn_allocates(conv: str
     c, w, h, k = 40, 37, 29, int(conv.split()[0].removeprefix("1="))
     text = (f"7767517\n2 2\nInput in 0 1 data 0={w} 1={h} 2={c}\n"
             f"ConvolutionDepthWise d 1 1 data out 0={c} {conv} 5=1 6={c * k * k} 7={c}\n")
-    param = NcnnParam.parse(text)
-    graph = Graph.build(param)
-    shapes = infer_shapes(param, graph, {"data": BlobShape(3, w, h, 1, c)})
-    estimate = analyze(graph, shapes)[1].model.cost("default").intermediates
-    (tmp_path / "d.param").write_text(text)
-    with open(tmp_path / "d.bin", "wb") as f:
-        random_modelbin(param, seed=1).write(f)
-    profile = prepare_model(tmp_path / "d.param", tmp_path / "d.bin", 1 << 30, options=RuntimeOptions(threads=1)).profile
-    measured = sum(t.size for t in profile.tensors if t.role == "intermediate")
+    estimate, measured = _one_layer_scratch(text, BlobShape(3, w, h, 1, c), "default", tmp_path)
     assert abs(estimate - measured) <= measured // 100, (estimate, measured)
     assert (measured == 0) == conv.endswith("4=0")
 
@@ -199,15 +198,7 @@ def test_a_requantizing_int8_convolution_is_costed_with_its_scratch(kernel: int,
     holds that scratch (at least 40% of what NCNN allocates, as the profile records it; never more)."""
     text = (f"7767517\n2 2\nInput in 0 1 data 0=60 1=40 2=32\n"
             f"Convolution c 1 1 data out 0=32 1={kernel} 4={kernel // 2} 6={1024 * kernel * kernel} 8=102\n")
-    param = NcnnParam.parse(text)
-    graph = Graph.build(param)
-    shapes = infer_shapes(param, graph, {"data": BlobShape(3, 60, 40, 1, 32)})
-    estimate = analyze(graph, shapes)[1].model.cost("default").intermediates
-    (tmp_path / "q.param").write_text(text)
-    with open(tmp_path / "q.bin", "wb") as f:
-        random_modelbin(param, seed=1).write(f)
-    profile = prepare_model(tmp_path / "q.param", tmp_path / "q.bin", 1 << 30, options=RuntimeOptions(threads=1)).profile
-    measured = sum(t.size for t in profile.tensors if t.role == "intermediate")
+    estimate, measured = _one_layer_scratch(text, BlobShape(3, 60, 40, 1, 32), "default", tmp_path)
     assert 0.4 * measured <= estimate <= measured, (estimate, measured)
 
 

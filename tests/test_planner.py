@@ -92,29 +92,23 @@ def test_a_weight_is_loaded_into_bytes_freed_by_the_layer_before_its_own() -> No
         assert 0 <= comp < load
 
 
-def test_the_smallest_budget_packs_nested_lifetimes_at_their_peak() -> None:
+@pytest.mark.parametrize("tensors, steps, algorithm1_min", [
     # four activations whose lives nest: the layer-order pass (activations at whichever end keeps
     # their side lower) leaves a gap the last one does not fit, and needs 13,312 B, as algorithm1
-    # still does; FlexNN lays them out by size there and fits the peak of step 3 (4096 + 4096 + 3072)
-    profile = Profile((TensorUse(0, "activation", 0, 4096, 0, 3), TensorUse(1, "activation", 0, 2048, 1, 2),
-                       TensorUse(2, "activation", 0, 4096, 2, 3), TensorUse(3, "activation", 0, 3072, 3, 3)),
-                      (LayerCost(1.0, 1.0),) * 4)
-    assert planning.min_feasible_budget(profile, "algorithm1") == 13312
-    minimum = planning.min_feasible_budget(profile)
-    assert minimum == planning.lower_bound(profile) == 11264
-    assert_tight(profile, "flexnn", minimum)
-
-
-def test_the_smallest_budget_tries_each_greedy_order() -> None:
+    # still does; FlexNN lays them out greedily there and fits the peak of step 3 (4096 + 4096 + 3072)
+    ([(0, 4096, 3), (1, 2048, 2), (2, 4096, 3), (3, 3072, 3)], 4, 13312),
     # by area (bytes x steps) the 3072 B activation of steps 3-4 is placed before the 4096 B one of
     # step 4, which then lands above it (10,240 B), and the layer-order pass needs 8192 B; by size,
-    # the largest first, all four pack at the peak of steps 3 and 4 (7168 B)
-    profile = Profile((TensorUse(0, "activation", 0, 3072, 0, 3), TensorUse(1, "activation", 0, 1024, 1, 3),
-                       TensorUse(3, "activation", 0, 3072, 3, 4), TensorUse(4, "activation", 0, 4096, 4, 4)),
-                      (LayerCost(1.0, 1.0),) * 5)
-    assert planning.min_feasible_budget(profile, "algorithm1") == 8192
+    # the largest first, all four pack at the peak of steps 3 and 4 (7168 B): each order is tried
+    ([(0, 3072, 3), (1, 1024, 3), (3, 3072, 4), (4, 4096, 4)], 5, 8192),
+], ids=["nested", "by-size"])
+def test_the_smallest_budget_packs_at_the_live_bytes_peak(tensors, steps: int, algorithm1_min: int) -> None:
+    # (layer, bytes, last use): each activation made by its layer
+    profile = Profile(tuple(TensorUse(layer, "activation", 0, size, layer, last) for layer, size, last in tensors),
+                      (LayerCost(1.0, 1.0),) * steps)
+    assert planning.min_feasible_budget(profile, "algorithm1") == algorithm1_min
     minimum = planning.min_feasible_budget(profile)
-    assert minimum == planning.lower_bound(profile) == 7168
+    assert minimum == planning.lower_bound(profile) < algorithm1_min
     assert_tight(profile, "flexnn", minimum)
 
 
