@@ -333,29 +333,26 @@ def _conv_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> Conv
     dw = p.get_int(2, 1)
     sw = p.get_int(3, 1)
     sh, dh = p.get_int(13, sw), p.get_int(12, dw)
-    bands_border = min(_explicit_pads(p)) >= 0 and p.get(18, 0) == 0
-    pads = conv_pads(p, in_shape, out_shape)
+    # explicit zero padding (not SAME, no pad value): a tiled im2col borders each band itself
+    bands_border = p.get_int(4, 0) >= 0 and p.get(18, 0) == 0
+    pads = conv_pads(p, in_shape)
     return ConvModel(in_shape.c, p.get_int(0, 0), kh, kw, (sh, sw), (dh, dw), (in_shape.h, in_shape.w), pads,
                      (out_shape.h, out_shape.w), bool(p.get_int(5, 0)), out_shape.nbytes, bands_border)
 
 
-def _explicit_pads(p: ParamDict) -> tuple[int, int, int, int]:
-    pl = p.get_int(4, 0)
-    return pl, p.get_int(15, pl), p.get_int(14, pl), p.get_int(16, p.get_int(14, pl))
-
-
-def conv_pads(p: ParamDict, in_shape: BlobShape, out_shape: BlobShape) -> tuple[int, int, int, int]:
-    """(left, right, top, bottom) a Convolution or ConvolutionDepthWise borders its input with: the
-    explicit pads, or for SAME padding (-233 upper, -234 lower) the total that keeps the output's size."""
-    pads = _explicit_pads(p)
-    if min(pads) >= 0:
-        return pads
-    kw = p.get_int(1, 0)
-    kh, dw, sw = p.get_int(11, kw), p.get_int(2, 1), p.get_int(3, 1)
-    sh, dh = p.get_int(13, sw), p.get_int(12, dw)
-    pad_w = max((out_shape.w - 1) * sw + (kw - 1) * dw + 1 - in_shape.w, 0)
-    pad_h = max((out_shape.h - 1) * sh + (kh - 1) * dh + 1 - in_shape.h, 0)
-    return (*same_pads(pad_w, pads[0] == -234), *same_pads(pad_h, pads[0] == -234))
+def conv_pads(p: ParamDict, in_shape: BlobShape) -> tuple[int, int, int, int]:
+    """(left, right, top, bottom) a Convolution or ConvolutionDepthWise borders its whole input with,
+    as NCNN does: the explicit pads, or SAME (all four -233 upper / -234 lower) the total that keeps
+    ceil(size / stride) outputs."""
+    left = p.get_int(4, 0)
+    right, top = p.get_int(15, left), p.get_int(14, left)
+    bottom = p.get_int(16, top)
+    if {left, right, top, bottom} in ({-233}, {-234}):
+        kw, dw, sw = p.get_int(1, 0), p.get_int(2, 1), p.get_int(3, 1)
+        kh, dh, sh = p.get_int(11, kw), p.get_int(12, dw), p.get_int(13, sw)
+        (left, right), (top, bottom) = (same_pads(max(0, d * (k - 1) + 1 + (n - 1) // st * st - n), left == -234)
+                                        for k, d, st, n in ((kw, dw, sw, in_shape.w), (kh, dh, sh, in_shape.h)))
+    return left, right, top, bottom
 
 
 def group_convolution(layer: Layer) -> Layer:
@@ -472,10 +469,10 @@ def _fixed_model(layer: Layer, in_shape: BlobShape | None, out_shape: BlobShape 
         return FixedModel(weights, _pooling_border_bytes(layer.params, in_shape), "-")
     if layer.type == "LRN" and in_shape is not None and in_shape.dims == 3:
         return FixedModel(weights, _lrn_scratch_bytes(layer.params, in_shape), "-")
-    if layer.type == "ConvolutionDepthWise" and in_shape is not None and out_shape is not None and in_shape.dims == 3:
+    if layer.type == "ConvolutionDepthWise" and in_shape is not None and in_shape.dims == 3:
         # a depthwise convolution (a grouped one is a GroupedConvModel) computes from a bordered copy;
         # an int8 one quantizes its input first and borders that
-        pads = conv_pads(layer.params, in_shape, out_shape)
+        pads = conv_pads(layer.params, in_shape)
         if is_int8(layer):
             scratch = _mat_bytes(in_shape.c, in_shape.h * in_shape.w, 1) + _border_bytes(pads, in_shape, 1)
         else:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..analysis import LayerAnalysis, analyze, pooling_pads, same_pads
+from ..analysis import LayerAnalysis, analyze, conv_pads, pooling_pads
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, ParamDict
 from ..ncnn_model.param import SHAPE_HINT_ID
 from .policy import smallest_working_set
@@ -177,27 +177,18 @@ def _windows(layer: Layer, in_shape: BlobShape) -> tuple[Window, Window] | None:
 
 def _pads(layer: Layer, in_shape: BlobShape) -> tuple[int, int, int, int]:
     """(left, right, top, bottom) the layer pads its whole input with, as NCNN does: Pooling's
-    (analysis.pooling_pads: its tail, its SAME pads), a convolution's explicit or SAME pads (all four
-    -233 upper / -234 lower; keeping ceil(size / stride) outputs). A tile's copy gets them explicitly:
-    NCNN would derive SAME pads from the tile's size."""
+    (analysis.pooling_pads: its tail, its SAME pads), a convolution's explicit or SAME pads
+    (analysis.conv_pads), Padding's own. A tile's copy gets them explicitly: NCNN would derive SAME
+    pads from the tile's size."""
     p = layer.params
     if layer.type == "Pooling":
         return pooling_pads(p, in_shape)
     if layer.type == "Padding":
         left, right, top, bottom = (p.get_int(i, 0) for i in PAD_IDS["Padding"])
         return left, right, top, bottom
-    if layer.type not in PAD_IDS:
-        return 0, 0, 0, 0
-    li, ri, ti, bi = PAD_IDS[layer.type]
-    left = p.get_int(li, 0)
-    right, top = p.get_int(ri, left), p.get_int(ti, left)
-    bottom = p.get_int(bi, top)
-    if {left, right, top, bottom} in ({-233}, {-234}):
-        kw, dw, sw = p.get_int(1, 0), p.get_int(2, 1), p.get_int(3, 1)
-        kh, dh, sh = p.get_int(11, kw), p.get_int(12, dw), p.get_int(13, sw)
-        (left, right), (top, bottom) = (same_pads(max(0, d * (k - 1) + 1 + (n - 1) // st * st - n), left == -234)
-                                        for k, d, st, n in ((kw, dw, sw, in_shape.w), (kh, dh, sh, in_shape.h)))
-    return left, right, top, bottom
+    if layer.type in ("Convolution", "ConvolutionDepthWise"):
+        return conv_pads(p, in_shape)
+    return 0, 0, 0, 0
 
 
 def _macs_per_pixel(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> int:
