@@ -71,8 +71,6 @@ NCNN_COMMON_ARGS = [
 class Target:
     name: str
     toolchain_args: list[str] = field(default_factory=list)
-    # how to run the target's binaries on this machine ([] = directly)
-    runner: list[str] = field(default_factory=list)
     sanitizer: str | None = None  # a key of SANITIZERS: an instrumented host build of runtime_stress only
 
     @property
@@ -92,8 +90,7 @@ def resolve_target(name: str) -> Target:
     if name == "linux-aarch64":
         if shutil.which("aarch64-linux-gnu-g++") is None:
             raise UserError("linux-aarch64 needs Debian's cross compiler: apt-get install g++-aarch64-linux-gnu")
-        return Target(name, [f"-DCMAKE_TOOLCHAIN_FILE={TOOLCHAINS / 'aarch64-linux-gnu.toolchain.cmake'}"],
-                      ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])
+        return Target(name, [f"-DCMAKE_TOOLCHAIN_FILE={TOOLCHAINS / 'aarch64-linux-gnu.toolchain.cmake'}"])
     if name == "android-arm64":
         ndk = os.environ.get("ANDROID_NDK") or os.environ.get("ANDROID_NDK_HOME")
         if not ndk:

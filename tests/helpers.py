@@ -13,6 +13,8 @@ from flexnn_ncnn.ncnn_model.stock import run_stock
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_ROOT = REPO_ROOT / "build"
+# the cross-built binaries' runner; huge pages off so the emulator's resident memory is repeatable
+QEMU = [sys.executable, str(Path(__file__).with_name("without_huge_pages.py")), "qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
 
 
 def run_module(verb: str, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -12,12 +12,11 @@ from pathlib import Path
 import pytest
 
 import smoke_model
-from helpers import built
+from helpers import QEMU, built
 from helpers import stock_output
 from test_smoke import assert_close, run_smoke_program
 
 PT_INTERP = 3
-QEMU = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
 # fp16 storage and arithmetic keep ~11 bits of mantissa; accumulated over a 3x3x3 conv and a
 # 1024-long dot product the relative error stays within a few 1e-3 of max|ref|
 FP16_RTOL = 3e-2

@@ -14,12 +14,12 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from helpers import built
+from helpers import QEMU, built
 from helpers import stock_output
 from model_helpers import present, random_input
 from test_runtime import WRITERS, ZOO, ModelCase, assert_close, prepared, write_residual
 
-QEMU = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "-cpu", "cortex-a72"]  # no fp16 arithmetic: fp32 like the oracle
+QEMU_A72 = [*QEMU, "-cpu", "cortex-a72"]  # no fp16 arithmetic: fp32 like the oracle
 
 
 Writer = Callable[[Path], tuple[Path, Path, np.ndarray]]
@@ -37,7 +37,7 @@ def bench(runner: list[str], target: str, tmp_path: Path, *args: str, writer: Wr
     return json.loads(lines[0]), np.load(tmp_path / "out.npy")
 
 
-@pytest.mark.parametrize("runner, target", [([], "host"), (QEMU, "linux-aarch64")], ids=["host", "qemu-aarch64"])
+@pytest.mark.parametrize("runner, target", [([], "host"), (QEMU_A72, "linux-aarch64")], ids=["host", "qemu-aarch64"])
 def test_bench_runs_the_tightest_plan_and_matches_stock_ncnn(runner: list[str], target: str, tmp_path: Path) -> None:
     report, out = bench(runner, target, tmp_path, "budget=min")
     param, bin_ = tmp_path / "residual.param", tmp_path / "residual.bin"
@@ -47,7 +47,7 @@ def test_bench_runs_the_tightest_plan_and_matches_stock_ncnn(runner: list[str], 
     assert all(key in report["latency_us"] for key in ("min", "median", "max"))
 
 
-@pytest.mark.parametrize("runner, target", [([], "host"), (QEMU, "linux-aarch64")], ids=["host", "qemu-aarch64"])
+@pytest.mark.parametrize("runner, target", [([], "host"), (QEMU_A72, "linux-aarch64")], ids=["host", "qemu-aarch64"])
 def test_mapped_weights_run_the_tightest_mapped_plan_and_match_stock_ncnn(runner: list[str], target: str, tmp_path: Path) -> None:
     """map_weights=1: the device binary maps the pre-transformed records over their arena bytes, on
     host and cross-built under qemu-aarch64."""
@@ -66,13 +66,13 @@ def test_every_small_model_under_qemu_matches_stock_ncnn_from_generous_to_tighte
     `mode=stock`), counted memory <= budget. (On ARM, NCNN's default fp16 storage keeps InnerProduct
     weights in fp16, so the MLP differs from the x86 wheel by ~1e-3 relative, stock and planned alike.)"""
     param, bin_, x = WRITERS[name](tmp_path)
-    _, ref = bench(QEMU, "linux-aarch64", tmp_path, "mode=stock", writer=WRITERS[name])
+    _, ref = bench(QEMU_A72, "linux-aarch64", tmp_path, "mode=stock", writer=WRITERS[name])
     m = ModelCase(name, param, bin_, x, ref)
-    reports = {"tightest": bench(QEMU, "linux-aarch64", tmp_path, "budget=min", writer=WRITERS[name])}
+    reports = {"tightest": bench(QEMU_A72, "linux-aarch64", tmp_path, "budget=min", writer=WRITERS[name])}
     tightest = reports["tightest"][0]["budget"]
     generous = tightest + 2 * sum(t.size + 64 for t in prepared(m, tmp_path)[1].profile.tensors)
     for label, budget in (("middle", (tightest + generous) // 2), ("generous", generous)):
-        reports[label] = bench(QEMU, "linux-aarch64", tmp_path, f"budget={budget}", writer=WRITERS[name])
+        reports[label] = bench(QEMU_A72, "linux-aarch64", tmp_path, f"budget={budget}", writer=WRITERS[name])
         assert reports[label][0]["budget"] == budget
     for label, (report, out) in reports.items():
         assert_close(out, m.ref)
@@ -133,14 +133,14 @@ def test_a_thousand_pipelined_inferences_across_budgets_agree_and_never_hang(thr
 
 
 def test_pipelined_inferences_under_qemu_aarch64_agree_and_never_hang(tmp_path: Path) -> None:
-    report = stress(QEMU, built("linux-aarch64", "native", "tests_native", "runtime_stress"), tmp_path, 2, 200)
+    report = stress(QEMU_A72, built("linux-aarch64", "native", "tests_native", "runtime_stress"), tmp_path, 2, 200)
     assert report["inferences"] == 200
 
 
 def test_fp16_arithmetic_under_qemu_equals_ncnn_stock_there(tmp_path: Path) -> None:
     """qemu's default CPU has fp16 arithmetic: NCNN stores and computes blobs in fp16 (packing 8),
     through other layout conversions; the planned run must equal NCNN's own Net on that CPU."""
-    qemu_fp16 = QEMU[:-2]
+    qemu_fp16 = QEMU
     report, out = bench(qemu_fp16, "linux-aarch64", tmp_path, "budget=min")
     _, ref = bench(qemu_fp16, "linux-aarch64", tmp_path, "mode=stock")
     assert_close(out, ref)
@@ -161,10 +161,10 @@ def test_pnnx_exports_under_qemu_aarch64_equal_ncnn_stock_there(name: str, zoo_e
         return param, bin_, random_input(model.input_shape)
 
     blobs = ("input=in0", "output=out0")
-    _, ref = bench(QEMU, "linux-aarch64", tmp_path, "mode=stock", *blobs, writer=writer)
-    tightest, out = bench(QEMU, "linux-aarch64", tmp_path, "budget=min", *blobs, writer=writer)
+    _, ref = bench(QEMU_A72, "linux-aarch64", tmp_path, "mode=stock", *blobs, writer=writer)
+    tightest, out = bench(QEMU_A72, "linux-aarch64", tmp_path, "budget=min", *blobs, writer=writer)
     assert_close(out, ref)
-    generous, out = bench(QEMU, "linux-aarch64", tmp_path, f"budget={4 * tightest['budget']}", *blobs, writer=writer)
+    generous, out = bench(QEMU_A72, "linux-aarch64", tmp_path, f"budget={4 * tightest['budget']}", *blobs, writer=writer)
     assert_close(out, ref)
     for report in (tightest, generous):
         assert report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
@@ -193,7 +193,7 @@ def test_structures_under_qemu_aarch64_equal_ncnn_stock_there(name: str, storage
         return param, bin_, random_input(files.input_shape)
 
     blobs = (f"input={graph.inputs[0]}", f"output={graph.outputs[0]}")
-    report, out = bench(QEMU, "linux-aarch64", tmp_path, "budget=min", *blobs, writer=writer)
+    report, out = bench(QEMU_A72, "linux-aarch64", tmp_path, "budget=min", *blobs, writer=writer)
     assert report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
-    _, ref = bench(QEMU, "linux-aarch64", tmp_path, "mode=stock", *blobs, writer=writer)
+    _, ref = bench(QEMU_A72, "linux-aarch64", tmp_path, "mode=stock", *blobs, writer=writer)
     assert_close(out, ref)

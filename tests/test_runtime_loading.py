@@ -19,7 +19,7 @@ from flexnn_ncnn import Session, native, planning
 from flexnn_ncnn.cli import UserError
 from helpers import assert_counted_within_budget, assert_user_error, built, run_module, stock_output
 from test_runtime import WRITERS, ModelCase, assert_close, budgets_for, prepared, write_mlp
-from test_runtime_bench import QEMU
+from test_runtime_bench import QEMU_A72
 
 WINDOW_MAX = (1 << 20) + 4096  # the O_DIRECT window's most: 1 MiB, plus alignment slack
 GHZ = {"little": 1_800_000, "middle": 2_400_000, "big": 3_000_000, "prime": 3_200_000}  # kHz, as sysfs writes them
@@ -208,7 +208,7 @@ def test_run_cli_takes_middle_cores_and_direct_io(direct_folder: Path) -> None:
                                  str(budgets["tightest"]), "--direct-io"), "infeasible")
 
 
-@pytest.mark.parametrize("runner, target", [([], "host"), (QEMU, "linux-aarch64")], ids=["host", "qemu-aarch64"])
+@pytest.mark.parametrize("runner, target", [([], "host"), (QEMU_A72, "linux-aarch64")], ids=["host", "qemu-aarch64"])
 def test_bench_with_middle_cores_and_direct_io_matches_stock(runner: list[str], target: str, direct_folder: Path) -> None:
     folder = direct_folder / f"bench-{target}"
     folder.mkdir(exist_ok=True)

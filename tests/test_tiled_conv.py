@@ -19,9 +19,8 @@ import pytest
 
 from flexnn_ncnn import native
 from flexnn_ncnn.bench.tiled_conv import ConvShape, conv_infer, write_conv_model
-from helpers import assert_close, built, run_stock
+from helpers import QEMU, assert_close, built, run_stock
 
-QEMU = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
 RTOL = 1e-4
 # qemu's default CPU has fp16 arithmetic, which NCNN then uses (tests/test_aarch64.py): ~11-bit mantissa
 FP16_RTOL = 3e-2
