@@ -170,6 +170,23 @@ def test_pnnx_exports_under_qemu_aarch64_equal_ncnn_stock_there(name: str, zoo_e
         assert report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
 
 
+@pytest.mark.parametrize("grid", [(2, 2), (3, 2)])
+def test_int8_tiles_under_qemu_aarch64_equal_ncnn_stock_there(grid: tuple[int, int], tmp_path: Path) -> None:
+    """Tiles that crop and concatenate int8 blobs (NCNN's reference Crop and Concat, which the sliced model
+    asks for with REFERENCE_LAYER_ID) under qemu (cortex-a72): the int8 chain tiled up to its int8 blob
+    and from it, equal to NCNN's own Net there on the untiled model."""
+    from test_spatial_tiling import INT8_CHAIN, _model, _write, tiled_blocks
+
+    original = _model(INT8_CHAIN, "1,3,29,37", tmp_path, "int8")[4]
+    tiled = _write(*tiled_blocks(INT8_CHAIN, [("q", "dw"), ("c", "h")], grid, tmp_path)[:2], tmp_path, "int8_tiled")
+    x = random_input((1, 3, 29, 37))
+    blobs = ("input=x0", "output=out")
+    _, ref = bench(QEMU_A72, "linux-aarch64", tmp_path, "mode=stock", *blobs, writer=lambda _: (*original, x))
+    report, out = bench(QEMU_A72, "linux-aarch64", tmp_path, "budget=min", *blobs, writer=lambda _: (*tiled, x))
+    assert_close(out, ref)
+    assert report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
+
+
 QEMU_STRUCTURES = [(name, storage) for name, storage in [
     ("struct:squeezenet", "fp16"), ("struct:mobilenet", "fp32"), ("struct:shufflenet", "fp32"),
     ("struct:mobilenet_ssd", "fp32"), ("struct:yolov3_tiny", "fp32"), ("struct:yolov2", "fp32"),

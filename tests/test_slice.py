@@ -1,5 +1,6 @@
-"""Slicing: stock NCNN runs the sliced model to the original's output, every layer fits its limit,
-and `python -m flexnn_ncnn.slice` keeps its command-line contract.
+"""Slicing: stock NCNN runs the sliced model to the original's output (the runtime runs it where int8
+tiles ask for NCNN's reference layers), every layer fits its limit, and `python -m flexnn_ncnn.slice`
+keeps its command-line contract.
 
 Tolerance: max |sliced - original| <= 1e-4 * max |original| (DESIGN.md §5), in fp32 (fp16/bf16
 storage and arithmetic off). Slicing changes no arithmetic inside a slice, but stock NCNN picks its
@@ -19,13 +20,16 @@ import numpy as np
 import pytest
 
 from model_helpers import DETECTION_TYPES, corpus, present, random_input, relative_error, write_model
-from helpers import assert_user_error, run_module
+from helpers import assert_same_detections, assert_user_error, run_module
+from flexnn_ncnn import Session
 from flexnn_ncnn import slice as slice_cli
 from flexnn_ncnn.cli import UserError, run_main
 from flexnn_ncnn.ncnn_model import (Graph, ModelBin, infer_shapes, parse_input_shape, read_bin, read_param)
 from flexnn_ncnn.ncnn_model.stock import run_stock
+from flexnn_ncnn.prepare import RuntimeOptions, prepare_model, write_plan_file
 from flexnn_ncnn.slicing import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, Target, slice_model, slicer
 from flexnn_ncnn.slicing.policy import SLICING_OF, slice_widths
+from flexnn_ncnn.slicing.rewrite import REFERENCE_LAYER_ID
 
 pytest.importorskip("ncnn")
 
@@ -71,6 +75,8 @@ def _compare_with_stock(files_param, files_bin, result, graph, feeds, tmp_path) 
     out_param.write_text(result.param.format())
     with open(out_bin, "wb") as f:
         result.modelbin.write(f)
+    if any(REFERENCE_LAYER_ID in layer.params for layer in result.param):
+        return _compare_in_runtime(files_param, files_bin, out_param, out_bin, graph, feeds)
     # the outputs, and the output of every sliced layer of the model and of a spatially tiled chain (their
     # Concats keep the original blob names)
     original = {layer.name: layer for layer in read_param(files_param)}
@@ -84,6 +90,20 @@ def _compare_with_stock(files_param, files_bin, result, graph, feeds, tmp_path) 
         got = run_stock(out_param, out_bin, feeds, blobs, winograd=winograd)
         worst = max([worst] + [relative_error(ref[b], got[b]) for b in blobs])
     return worst
+
+
+def _compare_in_runtime(files_param, files_bin, out_param, out_bin, graph, feeds) -> float:
+    """A sliced model whose int8 tiles crop or concatenate int8 blobs asks for NCNN's reference Crop and
+    Concat (REFERENCE_LAYER_ID), which only the runtime builds: its outputs, run there (fp32), against
+    stock NCNN's on the original (a detector's rows as a set)."""
+    plan = out_param.with_suffix(".plan.json")
+    write_plan_file(prepare_model(out_param, out_bin, 1 << 34, options=RuntimeOptions(fp16=False)), plan)
+    got = Session(plan).run(feeds)
+    ref = run_stock(files_param, files_bin, feeds, graph.outputs)
+    detections = {layer.tops[0] for layer in graph.order if layer.type in DETECTION_TYPES}
+    for blob in detections:
+        assert_same_detections(got[blob], ref[blob])
+    return max([0.0] + [relative_error(ref[b], got[b]) for b in graph.outputs if b not in detections])
 
 
 @pytest.mark.parametrize("name", ["vgg19_fp16", "vgg19_fp32", "resnet50_fp16", "resnet50_fp32", "mlp_fp16",

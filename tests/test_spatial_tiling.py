@@ -16,14 +16,16 @@ from model_helpers import corpus, relative_error
 from flexnn_ncnn import Session
 from flexnn_ncnn.analysis import analyze
 from flexnn_ncnn.bench.floor import activation_floor
-from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_shape, read_bin, read_param
+from flexnn_ncnn.ncnn_model import BlobShape, Graph, ModelBin, NcnnParam, infer_shapes, parse_input_shape, read_bin, read_param
 from flexnn_ncnn.ncnn_model.param import SHAPE_HINT_ID
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.ncnn_model.structures import STRUCTURES
+from flexnn_ncnn.prepare import prepare_model, write_plan_file
 from flexnn_ncnn.slice import main as slice_main
 from flexnn_ncnn.slicing import Target, slice_model, spatial
 from flexnn_ncnn.slicing.policy import smallest_working_set
+from flexnn_ncnn.slicing.rewrite import REFERENCE_LAYER_ID
 from flexnn_ncnn.slicing.streaming import StreamModel
 from test_int8 import int8_of
 
@@ -321,22 +323,75 @@ def test_no_block_ends_at_an_upsampling_layer(tmp_path: Path) -> None:
     assert all(end != "u" for _, end in _block_names(graph, shapes))
 
 
-def test_a_block_starts_from_floats(tmp_path: Path) -> None:
-    """A requantizing int8 layer (param 8 > 100) writes int8, which NCNN's Crop and Concat do not take:
-    no block starts or ends at its output, and no tile crops it; inside a tile it runs like any layer."""
+# int8 from q on: a strided depthwise and a padded 3x3 convolution requantize (param 8 > 100), h
+# dequantizes; the block from q to dw ends at an int8 blob (y), the one from c to h starts at it
+INT8_CHAIN = """7767517
+5 5
+Input x0 0 1 x0 0=37 1=29 2=3
+Convolution q 1 1 x0 x 0=8 1=3 4=1 6=216 8=102
+ConvolutionDepthWise dw 1 1 x y 0=8 1=3 3=2 4=1 6=72 7=8 8=101
+Convolution c 1 1 y z 0=16 1=3 4=1 6=1152 8=102
+Convolution h 1 1 z out 0=4 1=3 4=1 6=576 8=2
+"""
+# q's int8 output read by a padded 3x3 and a 1x1 convolution: a tile's 1x1 reads a crop of it
+INT8_BRANCHES = """7767517
+7 9
+Input x0 0 1 x0 0=37 1=29 2=3
+Convolution q 1 1 x0 x 0=8 1=1 6=24 8=102
+Split s 1 2 x xa xb
+Convolution c 1 1 xa y 0=8 1=3 4=1 6=576 8=2
+Convolution d 1 1 xb z 0=8 1=1 6=64 8=2
+BinaryOp add 2 1 y z sum 0=0
+Convolution h 1 1 sum out 0=4 1=3 4=1 6=288
+"""
+
+
+def tiled_blocks(text: str, blocks: list[tuple[str, str]], grid: tuple[int, int], tmp_path: Path
+                 ) -> tuple[NcnnParam, ModelBin, dict[str, BlobShape]]:
+    """`text` (input x0 at 29x37) with each of `blocks` (first, last layer) rewritten as `grid` tiles, one
+    after another: the tiled model's param, weights and blob shapes."""
+    param, modelbin, graph, shapes, _ = _model(text, "1,3,29,37", tmp_path, "tiled_blocks")
+    for first, last in blocks:
+        names = [layer.name for layer in param]
+        layers = param.layers[names.index(first):names.index(last) + 1]
+        param, modelbin, shapes = spatial.rewrite(param, shapes, layers, layers[0].bottoms[0], layers[-1].tops[0], *grid, modelbin)
+    return param, modelbin, shapes
+
+
+@pytest.mark.parametrize("text, blocks, grid", [
+    (INT8_CHAIN, [("q", "dw")], (2, 2)), (INT8_CHAIN, [("c", "h")], (2, 2)), (INT8_CHAIN, [("c", "h")], (3, 2)),
+    (INT8_CHAIN, [("q", "dw"), ("c", "h")], (2, 2)), (INT8_BRANCHES, [("q", "h")], (2, 2)),
+], ids=["to-int8", "from-int8-2x2", "from-int8-3x2", "from-int8-tiles", "crops-int8"])
+def test_tiles_crop_and_concatenate_int8_blobs(text: str, blocks: list[tuple[str, str]], grid: tuple[int, int],
+                                               tmp_path: Path) -> None:
+    """A block may start and end at a requantizing layer's int8 output, even as an earlier block's
+    tiles concatenated, and its tiles may crop one: the Crops and Concats of int8 blobs carry
+    REFERENCE_LAYER_ID, so the runtime computes them with NCNN's reference Crop and Concat (the CPU
+    ones read an int8 blob's packs as floats, and crash), the others do not. The tiled model, run by
+    the runtime, equals stock NCNN's int8 output on the original model."""
+    graph, shapes, original = _model(text, "1,3,29,37", tmp_path, "int8")[2:]
+    assert set(blocks) <= set(_block_names(graph, shapes))
+    assert [o for o in spatial.options(graph, shapes, analyze(graph, shapes), HOST) if blocks[0][0] in o.layers]
+    param, modelbin, shapes = tiled_blocks(text, blocks, grid, tmp_path)
+    int8_blobs = {"x", "y", "z"} if text == INT8_CHAIN else {"x", "xa", "xb"}
+    marked = {layer.name: (REFERENCE_LAYER_ID in layer.params, layer.bottoms[0].split(".flexnn")[0] in int8_blobs)
+              for layer in param if layer.type in ("Crop", "Concat")}
+    assert any(int8 for _, int8 in marked.values()) and all(mark == int8 for mark, int8 in marked.values()), marked
+    plan = tmp_path / "int8_tiled.plan.json"
+    write_plan_file(prepare_model(*_write(param, modelbin, tmp_path, "int8_tiled"), 1 << 30), plan)
+    session = Session(plan)
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal(shapes["x0"].numpy()).astype(np.float32)
+        ref = run_stock(*original, {"x0": x}, ["out"], fp32=False)["out"]
+        assert relative_error(ref, session.run({"x0": x})["out"]) < TOLERANCE, seed
+
+
+def test_a_requantizing_layer_runs_in_a_tile_like_any_layer(tmp_path: Path) -> None:
+    """Inside a tile a requantizing layer's int8 output feeds the next layer as it does untiled: the
+    tiled model, with no Crop or Concat of int8, equals the whole one in stock NCNN."""
     text = "7767517\n4 4\nInput x0 0 1 x0 0=37 1=29 2=3\nConvolution q 1 1 x0 x 0=8 1=1 6=24 8=102\n" \
            "Convolution c 1 1 x y 0=8 1=3 4=1 6=576 8=2\nConvolution h 1 1 y out 0=4 1=3 4=1 6=288\n"
-    graph, shapes = _assert_whole_model_tiled_equals(text, "q", 6, tmp_path)
-    names = _block_names(graph, shapes)
-    assert names and all(start != "c" and end != "q" for start, end in names)
-    # a padded 3x3 and a 1x1 convolution read the int8 blob: a tile's 1x1 would read a crop of it
-    text = "7767517\n7 9\nInput x0 0 1 x0 0=37 1=29 2=3\nConvolution q 1 1 x0 x 0=8 1=1 6=24 8=102\n" \
-           "Split s 1 2 x xa xb\nConvolution c 1 1 xa y 0=8 1=3 4=1 6=576 8=2\n" \
-           "Convolution d 1 1 xb z 0=8 1=1 6=64 8=2\nBinaryOp add 2 1 y z sum 0=0\n" \
-           "Convolution h 1 1 sum out 0=4 1=3 4=1 6=288\n"
-    _, _, graph, shapes, _ = _model(text, "1,3,29,37", tmp_path, "q_branches")
-    assert ("q", "h") in _block_names(graph, shapes)
-    assert not [o for o in spatial.options(graph, shapes, analyze(graph, shapes), HOST) if "q" in o.layers]
+    _assert_whole_model_tiled_equals(text, "q", 6, tmp_path)
 
 
 def test_tiles_hold_less_than_the_whole_layers(tmp_path: Path) -> None:

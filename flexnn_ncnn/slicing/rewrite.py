@@ -22,6 +22,7 @@ from .policy import LayerDecision
 
 KERNEL_PARAM_ID = 26
 TILES_PARAM_ID = 27
+REFERENCE_LAYER_ID = 29  # =1: the runtime builds NCNN's reference layer, not its CPU one (runtime/planned_layer.h)
 KERNEL_CODES = {"direct": 1, "im2col_gemm": 2, "winograd43": 3, "winograd63": 4}
 PER_ROW = ("weight", "bias", "weight_int8_scales")  # records of Convolution/InnerProduct laid out by output row
 

@@ -37,7 +37,7 @@ from ..analysis import LayerAnalysis, analyze, conv_pads, pooling_pads
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, ParamDict
 from ..ncnn_model.param import SHAPE_HINT_ID
 from .policy import smallest_working_set
-from .rewrite import numpy_crop
+from .rewrite import REFERENCE_LAYER_ID, numpy_crop
 from .target import Target
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ PAD_IDS = {"Convolution": (4, 15, 14, 16), "ConvolutionDepthWise": (4, 15, 14, 1
 PADDING_CONSTANT = 0  # Padding's type 0: a constant value beyond the borders, as a tile's own pads give
 # layers a tile runs with several inputs of one spatial size (geometry: identity per input)
 MERGING = frozenset({"BinaryOp", "Eltwise", "Concat"})
+MOVING = frozenset({"Split", "Crop", "Concat", "Padding"})  # layers that move elements, keeping their type
 DECONVOLUTION = frozenset({"Deconvolution", "DeconvolutionDepthWise"})
 # Interp's resize types a tile can run: nearest (1) and bilinear (2, align_corners off), whose sample
 # positions at a power-of-two scale are the same, bit for bit, counted from any whole input position
@@ -304,14 +305,10 @@ def _run_blocks(graph: Graph, shapes: dict[str, BlobShape], cuts: list[int], cro
     segments = list(zip(cuts, cuts[1:]))  # layers (a, b]
     down = [any(_downsamples(layer) for layer in graph.order[a + 1:b + 1]) for a, b in segments]
     # a block starts at the run's start, after a downsampling segment or at a model input's copy; its
-    # source feeds one layer (a model's Split), which reads its crop, and holds floats (NCNN's Crop and
-    # Concat do not take the int8 blobs of requantizing layers)
+    # source feeds one layer (a model's Split), which reads its crop
     starts = [(a, source) for k, (a, _) in enumerate(segments) if (source := crossing[a]) is not None
-              and (k == 0 or down[k - 1] or source in bystanders) and consumers.get(source, 0) == 1
-              and not _int8_output(graph.order[a])]
-    # and ends at floats: a requantizing layer's int8 output (a tile's sink) goes through no Concat
-    ends = [b for k, (_, b) in enumerate(segments) if (down[k] or k == len(segments) - 1)
-            and not _int8_output(graph.order[graph.producer[crossing[b]]])]  # type: ignore[index]
+              and (k == 0 or down[k - 1] or source in bystanders) and consumers.get(source, 0) == 1]
+    ends = [b for k, (_, b) in enumerate(segments) if down[k] or k == len(segments) - 1]
     input_ends: dict[str, int] = {}  # model input -> the last layer reading it or a copy of it
     for b, root in bystanders.items():
         input_ends[root] = max(input_ends.get(root, 0), graph.last_use[b])
@@ -428,8 +425,17 @@ class SpatialTiling:
                 "need": self.need}
 
 
-def _crop(name: str, bottom: str, top: str, region: Region) -> Layer:
-    return numpy_crop(name, bottom, top, [region.top, region.left], [region.bottom, region.right], [1, 2])
+def _crop(name: str, bottom: str, top: str, region: Region, int8: bool) -> Layer:
+    return _unpacked_if(int8, numpy_crop(name, bottom, top, [region.top, region.left], [region.bottom, region.right], [1, 2]))
+
+
+def _unpacked_if(int8: bool, layer: Layer) -> Layer:
+    """`layer` (a Crop or Concat), computed by NCNN's reference layer where its input holds int8: NCNN's
+    packed CPU Crop and Concat read an int8 blob's packs as floats; the runtime builds the reference
+    layer, whose input the Net unpacks first, for REFERENCE_LAYER_ID=1."""
+    if int8:
+        layer.params.set(REFERENCE_LAYER_ID, 1)
+    return layer
 
 
 def _axis(axis: int) -> ParamDict:
@@ -449,12 +455,13 @@ def _shape(c: int, region: Region) -> BlobShape:
 
 
 def _tile_layers(layers: list[Layer], shapes: dict[str, BlobShape], source: str, g: TileGeometry, suffix: str,
-                 full_source: str) -> tuple[list[Layer], dict[str, BlobShape]]:
+                 full_source: str, int8_blobs: set[str]) -> tuple[list[Layer], dict[str, BlobShape]]:
     """The layers one tile runs, in order: the crop of the source region from `full_source`, a crop
     wherever a layer reads less than its input holds, and the block's layers, named with `suffix`,
-    their pads set; with the shapes of the blobs they write."""
+    their pads set; with the shapes of the blobs they write. `int8_blobs`: the blobs that hold int8."""
     names = {source: f"{source}{suffix}"}
-    out: list[Layer] = [_crop(f"{source}{suffix}.crop", full_source, names[source], g.regions[source])]
+    out: list[Layer] = [_crop(f"{source}{suffix}.crop", full_source, names[source], g.regions[source],
+                              source in int8_blobs)]
     blob_shapes = {names[source]: _shape(shapes[source].c, g.regions[source])}
     for layer in layers:
         bottoms = []
@@ -464,7 +471,7 @@ def _tile_layers(layers: list[Layer], shapes: dict[str, BlobShape], source: str,
                 bottoms.append(names[b])
                 continue
             cropped = f"{b}{suffix}.for_{layer.name}"
-            out.append(_crop(f"{layer.name}{suffix}.crop{i}", names[b], cropped, read.within(held)))
+            out.append(_crop(f"{layer.name}{suffix}.crop{i}", names[b], cropped, read.within(held), b in int8_blobs))
             blob_shapes[cropped] = _shape(shapes[b].c, read)
             bottoms.append(cropped)
         p = layer.params.copy()
@@ -534,6 +541,7 @@ def rewrite(param: NcnnParam, shapes: dict[str, BlobShape], block_layers: list[L
 
     tag = block_layers[-1].name
     mark = _free_mark(param)
+    int8_blobs = _int8_blobs(param.layers)
     inputs = [f"{source}.flexnn_{mark}in{r}_{c}" for r in range(rows) for c in range(cols)]
     block.append(Layer("Split", f"{tag}.flexnn_{mark}split", [source], inputs))
     row_blobs = []
@@ -542,7 +550,7 @@ def rewrite(param: NcnnParam, shapes: dict[str, BlobShape], block_layers: list[L
         for c, region in enumerate(row):
             suffix = f".flexnn_{mark}{r}_{c}"
             g = _geometry(block_layers, shapes, sink, region)
-            layers, layer_shapes = _tile_layers(block_layers, shapes, source, g, suffix, inputs[r * cols + c])
+            layers, layer_shapes = _tile_layers(block_layers, shapes, source, g, suffix, inputs[r * cols + c], int8_blobs)
             add(layers, layer_shapes)
             for layer in block_layers:
                 weights = modelbin.get(layer.name)
@@ -551,12 +559,13 @@ def rewrite(param: NcnnParam, shapes: dict[str, BlobShape], block_layers: list[L
             row_tiles.append(sink + suffix)
         if cols > 1:
             row_blob = sink if rows == 1 else f"{sink}.flexnn_{mark}row{r}"
-            add([Layer("Concat", f"{tag}.flexnn_{mark}row{r}", row_tiles, [row_blob], _axis(2))],
+            add([_unpacked_if(sink in int8_blobs, Layer("Concat", f"{tag}.flexnn_{mark}row{r}", row_tiles, [row_blob], _axis(2)))],
                 {row_blob: _shape(out_shape.c, Region(row[0].top, row[0].bottom, 0, out_shape.w))})
             row_tiles = [row_blob]
         row_blobs += row_tiles
     if rows > 1:
-        add([Layer("Concat", f"{tag}.flexnn_{mark}concat", row_blobs, [sink], _axis(1))], {sink: out_shape})
+        add([_unpacked_if(sink in int8_blobs, Layer("Concat", f"{tag}.flexnn_{mark}concat", row_blobs, [sink], _axis(1)))],
+            {sink: out_shape})
     at = next(i for i, layer in enumerate(param) if layer.name in names)
     layers = ([layer for layer in param.layers[:at] if layer.name not in names] + block
               + [layer for layer in param.layers[at:] if layer.name not in names])
@@ -568,7 +577,7 @@ def rewrite(param: NcnnParam, shapes: dict[str, BlobShape], block_layers: list[L
 def _tile_need(block_layers: list[Layer], shapes: dict[str, BlobShape], source: str, g: TileGeometry,
                held: int, target: Target) -> int:
     """The most bytes a step of one tile needs: its own live blobs and working set beside `held`."""
-    layers, layer_shapes = _tile_layers(block_layers, shapes, source, g, "", "in")
+    layers, layer_shapes = _tile_layers(block_layers, shapes, source, g, "", "in", set())
     entry = _shape(shapes[source].c, g.regions[source])
     tile = NcnnParam([Layer("Input", "in", [], [source])] + layers[1:])  # the source crop is the tile's input
     tile_shapes = {**layer_shapes, source: entry}
@@ -589,10 +598,6 @@ def _block_need(block_layers: list[Layer], shapes: dict[str, BlobShape], block: 
     macs = sum(_macs(block_layers, shapes, g.regions) for row in geometries for g in row)
     if macs > MAX_RECOMPUTE * _macs(block_layers, shapes):
         return None
-    int8_blobs = _int8_blobs(block_layers)
-    if any(g.reads[(layer.name, i)] != g.regions[b] for row in geometries for g in row
-           for layer in block_layers for i, b in enumerate(layer.bottoms) if b in int8_blobs):
-        return None  # a tile would crop a requantizing layer's int8 output: NCNN's Crop does not take it
     need, done_rows = 0, 0
     for row in geometries:
         done_tiles = 0
@@ -619,10 +624,11 @@ def _int8_output(layer: Layer) -> bool:
 
 
 def _int8_blobs(layers: list[Layer]) -> set[str]:
-    """The blobs of `layers` that hold int8: requantizing layers' outputs and Split copies of them."""
+    """The blobs of `layers` (in order) that hold int8: requantizing layers' outputs and what Split, Crop,
+    Concat and Padding make of them (an earlier tiling's crops and Concats included)."""
     found: set[str] = set()
     for layer in layers:
-        if _int8_output(layer) or (layer.type == "Split" and layer.bottoms[0] in found):
+        if _int8_output(layer) or (layer.type in MOVING and layer.bottoms[0] in found):
             found.update(layer.tops)
     return found
 

@@ -105,7 +105,12 @@ Status PlannedLayer::load(const ncnn::ModelBin& mb, const ncnn::Option& opt, ncn
 Status PlannedLayer::build(const ncnn::ModelBin& mb, const ncnn::Option& opt, ncnn::TransformedWeightStore* store)
 {
     unload(opt);
-    std::unique_ptr<ncnn::Layer> layer(ncnn::create_layer_cpu(typeindex));
+    LayerParams pd;
+    Status s = pd.parse(params_, name);
+    if (!s.ok())
+        return s;
+    std::unique_ptr<ncnn::Layer> layer(pd.get(kReferenceLayerParam, 0) ? ncnn::create_layer_naive(typeindex)
+                                                                         : ncnn::create_layer_cpu(typeindex));
     if (!layer)
         return Status::error("layer " + name + ": NCNN has no CPU layer of type " + type);
     layer->typeindex = typeindex;
@@ -119,10 +124,6 @@ Status PlannedLayer::build(const ncnn::ModelBin& mb, const ncnn::Option& opt, nc
     for (int t : tops)
         layer->top_shapes.push_back(blobs_[t].shape);
     layer->featmask = featmask;
-    LayerParams pd;
-    Status s = pd.parse(params_, name);
-    if (!s.ok())
-        return s;
     if (layer->load_param(pd) != 0)
         return Status::error("layer " + name + ": load_param failed");
     if (bounded_)

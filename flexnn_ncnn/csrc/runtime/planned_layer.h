@@ -37,6 +37,11 @@ uint32_t layer_flags(const ncnn::Layer& layer);
 
 // A layer's params parsed by NCNN's own reader from their .param text ("0=64 1=3 -23303=2,1,2").
 // Array params are Mats: they come from the heap, never from the thread's default allocator.
+// A layer whose params set this id to 1 is built as NCNN's reference (unpacked) layer, not its CPU
+// one: the slicer so marks the Crop and Concat of int8 blobs, whose packs NCNN's CPU Crop and Concat
+// read as floats, while the reference ones copy elements of any size (the Net unpacks their inputs)
+const int kReferenceLayerParam = 29; // slicing/rewrite.py REFERENCE_LAYER_ID
+
 class LayerParams : public ncnn::ParamDict
 {
 public:
