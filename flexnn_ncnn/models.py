@@ -34,6 +34,7 @@ from .units import format_size
 log = logging.getLogger(__name__)
 
 BENCH_PREFIX = "bench:"
+CONFIDENCE_THRESHOLD_ID = 4  # DetectionOutput's
 STRUCT_PREFIX = "struct:"
 # the shared material beside a checkout (DESIGN.md §5); users point --benchmark-dir elsewhere
 DEFAULT_BENCHMARK_DIR = Path(__file__).resolve().parents[2] / "shared" / "models" / "ncnn-benchmark"
@@ -146,6 +147,17 @@ def _write_with_random_weights(param: NcnnParam, text: bytes, input_shapes: dict
     return io
 
 
+def keeping_every_box(param: NcnnParam) -> bool:
+    """Set `param`'s DetectionOutput heads to keep every box scoring above 0 (up to their keep_top_k);
+    whether one changed. NCNN's SSD heads keep what a class scores above 0.25, and random weights score
+    each of 21 classes near 1/21: the head would return no rows, and an output of no rows checks nothing
+    computed before it."""
+    heads = [layer for layer in param if layer.type == "DetectionOutput" and layer.params.get(CONFIDENCE_THRESHOLD_ID, 0.5) != 0]
+    for layer in heads:
+        layer.params.set(CONFIDENCE_THRESHOLD_ID, 0.0)
+    return bool(heads)
+
+
 def _randomise_benchmark(name: str, benchmark_dir: Path, outdir: Path, stem: str, seed: int, fp16: bool) -> dict[str, Any]:
     source = benchmark_dir / f"{name[len(BENCH_PREFIX):]}.param"
     if not source.is_file():
@@ -153,8 +165,11 @@ def _randomise_benchmark(name: str, benchmark_dir: Path, outdir: Path, stem: str
         raise UserError(f"{name}: no {source.name} in {benchmark_dir} (known: {known})")
     param = read_param(source)
     shapes = {b: s.numpy() for b, s in declared_input_shapes(param, Graph.build(param)).items()}
-    io = _write_with_random_weights(param, source.read_bytes(), shapes, str(source), outdir, stem, seed, fp16)
-    return {"source": f"ncnn-benchmark {source}", "description": f"NCNN benchmark structure {source.stem}, random weights", **io}
+    every_box = keeping_every_box(param)
+    text = param.format().encode() if every_box else source.read_bytes()
+    io = _write_with_random_weights(param, text, shapes, str(source), outdir, stem, seed, fp16)
+    return {"source": f"ncnn-benchmark {source}", "description": f"NCNN benchmark structure {source.stem}, random weights"
+            + (", its detection head keeping every box" if every_box else ""), **io}
 
 
 def _randomise_structure(name: str, outdir: Path, stem: str, seed: int, fp16: bool) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flexnn_ncnn.models import BENCH_PREFIX, DEFAULT_BENCHMARK_DIR, STRUCT_PREFIX, file_stem
+from flexnn_ncnn.models import BENCH_PREFIX, DEFAULT_BENCHMARK_DIR, STRUCT_PREFIX, file_stem, keeping_every_box
 from flexnn_ncnn.ncnn_model import BlobShape, Graph, ModelBin, NcnnParam, infer_shapes, parse_input_shape, read_param, weight_specs
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.ncnn_model.structures import STRUCTURES
@@ -89,8 +89,14 @@ class ModelFiles:
 
 
 def write_model(name: str, folder: Path, seed: int, storage: str = "fp32") -> ModelFiles:
-    """A corpus structure's .param and a seeded random .bin beside it (fp32 or fp16 storage) in `folder`."""
+    """A corpus structure's .param and a seeded random .bin beside it (fp32 or fp16 storage) in `folder`;
+    a benchmark structure's DetectionOutput head keeps every box (models.keeping_every_box), so that it
+    returns rows (the project's own detectors' thresholds are set for random weights)."""
     param = param_file(name, folder)
+    structure = read_param(param)
+    if name.startswith(BENCH_PREFIX) and keeping_every_box(structure):
+        param = folder / f"{file_stem(name)}.param"
+        param.write_text(structure.format())
     bin_ = folder / f"{file_stem(name)}.bin"
     with open(bin_, "wb") as f:
         random_modelbin(read_param(param), seed, storage).write(f)
