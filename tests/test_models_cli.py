@@ -76,6 +76,31 @@ def test_benchmark_structures_get_seeded_random_weights(tmp_path):
     assert "bench:tiny" in listing.stdout and "gpt2" in listing.stdout
 
 
+def test_a_benchmark_detector_keeps_every_box_so_its_outputs_hold_rows(tmp_path):
+    """A benchmark SSD whose head keeps only what scores above a threshold random weights never reach
+    (NCNN's keep 0.25 of 21 classes) would return no rows: its copy keeps every box, and stock NCNN
+    returns rows on it where the original returns none."""
+    from flexnn_ncnn.ncnn_model import read_param
+    from flexnn_ncnn.ncnn_model.structures import STRUCTURES
+
+    bench = tmp_path / "benchmark"
+    bench.mkdir()
+    param = STRUCTURES["mobilenet_ssd"].build()
+    head = next(layer for layer in param if layer.type == "DetectionOutput")
+    head.params.set(4, 0.99)
+    (bench / "ssd.param").write_text(param.format())
+    proc = run_module("models", "bench:ssd", "-o", str(tmp_path / "out"), "--benchmark-dir", str(bench))
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads((tmp_path / "out" / "bench-ssd.json").read_text())
+    assert d["description"].endswith("its detection head keeping every box")
+    written = tmp_path / "out" / "bench-ssd.param"
+    assert next(l for l in read_param(written) if l.type == "DetectionOutput").params.get(4, 0.5) == 0
+    x = np.random.default_rng(1).standard_normal(d["inputs"][0]["shape"]).astype(np.float32)
+    rows = {p.name: len(run_stock(p, tmp_path / "out" / "bench-ssd.bin", {"data": x}, ["output"])["output"])
+            for p in (bench / "ssd.param", written)}
+    assert rows["ssd.param"] == 0 and rows["bench-ssd.param"] > 0, rows
+
+
 def test_unknown_models_are_user_errors(tmp_path):
     assert_user_error(run_module("models", "resnet9", "-o", str(tmp_path)), "unknown model 'resnet9'")
     assert_user_error(run_module("models", "bench:nope", "-o", str(tmp_path), "--benchmark-dir", str(tmp_path)),

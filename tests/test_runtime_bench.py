@@ -140,9 +140,8 @@ def test_pipelined_inferences_under_qemu_aarch64_agree_and_never_hang(tmp_path: 
 def test_fp16_arithmetic_under_qemu_equals_ncnn_stock_there(tmp_path: Path) -> None:
     """qemu's default CPU has fp16 arithmetic: NCNN stores and computes blobs in fp16 (packing 8),
     through other layout conversions; the planned run must equal NCNN's own Net on that CPU."""
-    qemu_fp16 = QEMU
-    report, out = bench(qemu_fp16, "linux-aarch64", tmp_path, "budget=min")
-    _, ref = bench(qemu_fp16, "linux-aarch64", tmp_path, "mode=stock")
+    report, out = bench(QEMU, "linux-aarch64", tmp_path, "budget=min")
+    _, ref = bench(QEMU, "linux-aarch64", tmp_path, "mode=stock")
     assert_close(out, ref)
     assert report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
 
