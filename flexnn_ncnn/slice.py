@@ -1,7 +1,7 @@
 """`python -m flexnn_ncnn.slice MODEL.param --budget 100MB`: bottleneck-aware layer slicing.
 
 Writes OUTDIR/MODEL.flexnn.param and OUTDIR/MODEL.flexnn.bin (an ordinary NCNN model: stock NCNN
-runs it), OUTDIR/MODEL.flexnn.slicing.json (each layer's kernel, slices, tiles and the numbers
+runs it, unless a tiling crops int8 blobs, which the output says), OUTDIR/MODEL.flexnn.slicing.json (each layer's kernel, slices, tiles and the numbers
 they were chosen by) and, for the host target, OUTDIR/MODEL.flexnn.transformed (the layers'
 pre-transformed weights) and OUTDIR/MODEL.flexnn.plan.json: the model is prepared on this machine
 and planned for the budget; when the plan does not fit, every layer's
@@ -32,13 +32,14 @@ from typing import Sequence
 
 from .analysis import LayerAnalysis, analyze
 from .cli import UserError, add_logging_args, run_main, setup_logging
-from .ncnn_model import (BlobShape, Graph, ModelBin, declared_input_shapes, infer_shapes, parse_input_shape, read_bin,
-                         read_param)
+from .ncnn_model import (BlobShape, Graph, ModelBin, NcnnParam, declared_input_shapes, infer_shapes, parse_input_shape,
+                         read_bin, read_param)
 from .ncnn_model.stock import check_loads
 from .prepare import RuntimeOptions, prepare_model, transformed_path_for, write_plan_file
 from .slicing import TARGETS, SlicingResult, slice_model, spatial, target_for
 from .slicing.calibrate import calibrate
 from .slicing.fit import fit_to_budget, smallest_budget
+from .slicing.rewrite import REFERENCE_LAYER_ID
 from .slicing.slicer import write_sliced
 from .slicing.streaming import DEFAULT_BANDWIDTH, DEFAULT_GEMM_RATE, DEFAULT_WINOGRAD_RATE, StreamModel
 from .units import format_size, parse_size
@@ -115,7 +116,17 @@ def tiling_line(result: SlicingResult) -> str:
         return "spatial tiling: none (the budget holds every layer's whole input and output)"
     blocks = "; ".join(f"{t.layers[0]}..{t.layers[-1]} as {t.rows}x{t.cols} tiles of {t.layers[-1]}'s output "
                        f"({t.recompute:.2f}x their MACs)" for t in result.tilings)
-    return f"spatial tiling: {blocks}: their full-resolution blobs never exist"
+    return f"spatial tiling: {blocks}: their full-resolution blobs never exist{runtime_only_note(result.param)}"
+
+
+def runtime_only_note(param: NcnnParam) -> str:
+    """What the tiling line adds when the sliced model asks for NCNN's reference layers, which stock
+    NCNN does not read ("" when it does not)."""
+    reference = sum(1 for layer in param if layer.params.get_int(REFERENCE_LAYER_ID, 0))
+    if not reference:
+        return ""
+    return (f"; {reference} Crop/Concat layers of int8 blobs run as NCNN's reference layers (param "
+            f"{REFERENCE_LAYER_ID}=1), which stock NCNN ignores: the sliced model runs in the flexnn runtime only")
 
 
 

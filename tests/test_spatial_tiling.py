@@ -22,7 +22,7 @@ from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.ncnn_model.structures import STRUCTURES
 from flexnn_ncnn.prepare import prepare_model, write_plan_file
-from flexnn_ncnn.slice import main as slice_main
+from flexnn_ncnn.slice import main as slice_main, runtime_only_note
 from flexnn_ncnn.slicing import Target, slice_model, spatial
 from flexnn_ncnn.slicing.policy import smallest_working_set
 from flexnn_ncnn.slicing.rewrite import REFERENCE_LAYER_ID
@@ -153,6 +153,7 @@ def test_a_tiled_block_equals_the_untiled_one_exactly_at_every_border(model: str
     text, shape = {"chain": (CHAIN, "1,3,29,37"), "residual": (RESIDUAL, "1,3,27,31"), "same": (SAME, "1,3,29,37")}[model]
     param, shapes, original, tiled_param, tiled_shapes, tiled = _tiled(text, shape, grid, tmp_path, model)
     assert sum(layer.type == "Crop" for layer in tiled_param) >= grid[0] * grid[1]
+    assert runtime_only_note(tiled_param) == ""  # stock NCNN runs it
     x = np.random.default_rng(sum(grid)).standard_normal(shapes["x"].numpy()).astype(np.float32)
     direct = {"winograd": False, "sgemm": False}
     ref, got = (run_stock(*files, {"x": x}, ["y"], **direct)["y"] for files in (original, tiled))
@@ -377,6 +378,8 @@ def test_tiles_crop_and_concatenate_int8_blobs(text: str, blocks: list[tuple[str
     marked = {layer.name: (REFERENCE_LAYER_ID in layer.params, layer.bottoms[0].split(".flexnn")[0] in int8_blobs)
               for layer in param if layer.type in ("Crop", "Concat")}
     assert any(int8 for _, int8 in marked.values()) and all(mark == int8 for mark, int8 in marked.values()), marked
+    # stock NCNN would read those layers' int8 packs as floats: slice says the model is the runtime's
+    assert f"{sum(mark for mark, _ in marked.values())} Crop/Concat layers of int8" in runtime_only_note(param)
     plan = tmp_path / "int8_tiled.plan.json"
     write_plan_file(prepare_model(*_write(param, modelbin, tmp_path, "int8_tiled"), 1 << 30), plan)
     session = Session(plan)

@@ -1,7 +1,8 @@
 """Apply slicing decisions to a model: weights slicing becomes Split → N sub-layers → Concat, and a
 grouped convolution run apart becomes Split → per group Crop → Convolution → Concat.
 
-The sliced model is an ordinary NCNN model (stock NCNN runs it unchanged). Each sub-layer carries
+The sliced model is an ordinary NCNN model (stock NCNN runs it unchanged), unless spatial tiling
+crops int8 blobs (REFERENCE_LAYER_ID, spatial.py). Each sub-layer carries
 one contiguous range of output channels/rows with its weights in the storage they had (fp16 stays
 fp16, byte for byte). The Concat takes the original top's name, so consumers are untouched.
 
