@@ -14,6 +14,9 @@ import numpy as np
 import pytest
 
 from flexnn_ncnn import planning, sidecar
+from flexnn_ncnn.ncnn_model import read_param
+from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
+from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.planning import ARENA_MARGIN
 from flexnn_ncnn.process_memory import reset_peak_rss, status_bytes
 from flexnn_ncnn.prepare import prepare_model, write_plan_file
@@ -111,6 +114,38 @@ def test_an_inference_copies_its_input_once_into_the_arena(tmp_path: Path) -> No
     before = status_bytes("VmRSS")
     np.testing.assert_allclose(session.run({"data": x})["output"].reshape(-1), expected, rtol=1e-4)
     assert status_bytes("VmHWM") - before < x.nbytes // 2
+
+
+LARGE_OUTPUT = """7767517
+2 2
+Input data 0 1 data 0=720 1=720 2=3
+Convolution conv 1 1 data output 0=4 1=1 6=12
+"""
+
+
+def test_an_inference_copies_its_outputs_once_out_of_the_arena(tmp_path: Path) -> None:
+    """Each output goes from the arena straight into the array the caller gets (no heap copy in
+    between), and the array owns it: a warm inference's peak RSS grows by one copy of the output, and
+    an array stays as it was through the next inferences."""
+    param, bin_ = tmp_path / "conv.param", tmp_path / "conv.bin"
+    param.write_text(LARGE_OUTPUT)
+    with open(bin_, "wb") as f:
+        random_modelbin(read_param(param), seed=1, storage="fp32").write(f)
+    path = tmp_path / f"conv{sidecar.SUFFIX}"
+    write_plan_file(prepare_model(param, bin_, 1 << 30), path)
+    session = Session(path)
+    x = np.random.default_rng(0).standard_normal((3, 720, 720)).astype(np.float32)
+    expected = run_stock(param, bin_, {"data": x}, ["output"], fp32=False)["output"]
+    session.run({"data": x})  # the arena's pages resident
+    assert reset_peak_rss()
+    before = status_bytes("VmRSS")
+    first = session.run({"data": x})["output"]
+    assert status_bytes("VmHWM") - before < first.nbytes * 3 // 2
+    kept = first.copy()
+    for scale in (2, 3):
+        session.run({"data": x * scale})
+    np.testing.assert_array_equal(first, kept)
+    np.testing.assert_allclose(first, expected, rtol=1e-4, atol=1e-5)
 
 
 def test_a_large_profile_is_stored_as_a_few_columns(prepared_at_min: tuple[Path, sidecar.Sidecar]) -> None:

@@ -16,6 +16,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
+#include <new>
 #include <stdexcept>
 
 namespace py = pybind11;
@@ -126,6 +128,39 @@ flexnn::NamedMats named_mats(const py::dict& arrays)
     return mats;
 }
 
+// an output copied densely out of the arena during a run (without the GIL), for an array to own
+struct DenseOutput
+{
+    std::string name;
+    std::vector<int> shape;
+    std::unique_ptr<float[]> data;
+};
+
+flexnn::Status take_dense(const std::string& name, const ncnn::Mat& output, std::vector<DenseOutput>& taken)
+{
+    DenseOutput t{name, {}, nullptr};
+    flexnn::Status s = flexnn::dense_shape(output, t.shape);
+    if (!s.ok())
+        return s;
+    size_t elements = 1;
+    for (int d : t.shape)
+        elements *= static_cast<size_t>(d);
+    t.data.reset(new (std::nothrow) float[elements]);
+    if (!t.data)
+        return flexnn::Status::error("cannot allocate " + std::to_string(elements * sizeof(float)) + " B for output '" + name + "'");
+    flexnn::copy_to_dense(output, t.data.get());
+    taken.push_back(std::move(t));
+    return flexnn::Status();
+}
+
+// the array over t's buffer, which it then owns
+FloatArray owning_array(DenseOutput& t)
+{
+    py::capsule owner(t.data.get(), [](void* p) { delete[] static_cast<float*>(p); });
+    float* data = t.data.release();
+    return FloatArray(std::vector<py::ssize_t>(t.shape.begin(), t.shape.end()), data, owner);
+}
+
 py::dict arrays(const flexnn::NamedMats& mats)
 {
     py::dict out;
@@ -227,12 +262,19 @@ public:
         }
         if (inputs.size() != mats.size())
             throw std::invalid_argument("the model takes inputs " + py::str(py::cast(executor_->schedule().inputs)).cast<std::string>());
-        flexnn::NamedMats outputs;
+        // each output copied once, from the arena into the buffer its array then owns
+        std::vector<DenseOutput> taken;
         flexnn::RunStats stats;
         {
             py::gil_scoped_release unlocked;
-            check(executor_->run(mats, outputs, stats));
+            const auto take = [&taken](const std::string& name, const ncnn::Mat& output) {
+                return take_dense(name, output, taken);
+            };
+            check(executor_->run(mats, take, stats));
         }
+        py::dict outputs;
+        for (DenseOutput& t : taken)
+            outputs[py::str(t.name)] = owning_array(t);
         py::dict s;
         s["latency_us"] = stats.latency_us;
         s["load_wait_us"] = stats.load_wait_us;
@@ -243,7 +285,7 @@ public:
         s["arena_weight_bytes"] = stats.arena_weight_bytes;
         s["mapped_weight_bytes"] = stats.mapped_weight_bytes;
         s["mapped_peak_bytes"] = stats.mapped_peak_bytes;
-        return py::make_tuple(arrays(outputs), s);
+        return py::make_tuple(outputs, s);
     }
     py::dict plan() const
     {

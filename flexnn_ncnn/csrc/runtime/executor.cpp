@@ -485,10 +485,28 @@ void Executor::inject_faults(const FaultPlan& faults)
 
 Status Executor::run(const NamedMats& inputs, NamedMats& outputs, RunStats& stats)
 {
+    outputs.clear();
+    const Status s = run(
+        inputs,
+        [&outputs](const std::string& name, const ncnn::Mat& output) {
+            ncnn::Mat copy = output.clone(); // plain heap: the caller's
+            if (copy.empty() && !output.empty())
+                return Status::error("cannot copy output '" + name + "' out of the arena");
+            outputs.emplace_back(name, copy);
+            return Status();
+        },
+        stats);
+    if (!s.ok())
+        outputs.clear();
+    return s;
+}
+
+Status Executor::run(const NamedMats& inputs, const OutputTaker& take, RunStats& stats)
+{
     std::lock_guard<std::mutex> turn(turn_);
     try
     {
-        return run_locked(inputs, outputs, stats);
+        return run_locked(inputs, take, stats);
     }
     catch (const std::exception& e)
     {
@@ -496,12 +514,11 @@ Status Executor::run(const NamedMats& inputs, NamedMats& outputs, RunStats& stat
         // been joined on the way out, and the next run starts from its own state
         give_back_uncomputed();
         model_->release_bounded_tops();
-        outputs.clear();
         return Status::error(std::string("the inference threw: ") + e.what());
     }
 }
 
-Status Executor::run_locked(const NamedMats& inputs, NamedMats& outputs, RunStats& stats)
+Status Executor::run_locked(const NamedMats& inputs, const OutputTaker& take, RunStats& stats)
 {
     if (!has_plan_)
         return Status::error("no plan: set a plan or a budget first");
@@ -584,10 +601,12 @@ Status Executor::run_locked(const NamedMats& inputs, NamedMats& outputs, RunStat
         give_back_uncomputed();
 
     compute_clock_.begin(schedule_.output_step());
-    outputs.clear();
-    if (!failure_.failed())
-        for (size_t k = 0; k < features.size(); k++)
-            outputs.emplace_back(schedule_.outputs[k], features[k].clone()); // plain heap: the caller's
+    for (size_t k = 0; k < features.size() && !failure_.failed(); k++)
+    {
+        const Status taken = take(schedule_.outputs[k], features[k]);
+        if (!taken.ok())
+            failure_.set(taken.message());
+    }
     features.clear();
     ex.clear();
     model_->release_bounded_tops();

@@ -20,6 +20,7 @@
 
 #include <cpu.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -71,6 +72,12 @@ public:
     // One inference: inputs in schedule().inputs order, outputs in schedule().outputs order. Whatever
     // fails or throws ends it in an error; the executor runs its plan again next time.
     Status run(const NamedMats& inputs, NamedMats& outputs, RunStats& stats);
+    // Called for each output in schedule().outputs order while it is still in the arena, which the
+    // next inference overwrites: it copies what the caller keeps (an error ends the inference)
+    using OutputTaker = std::function<Status(const std::string& name, const ncnn::Mat& output)>;
+    // The same inference, each output handed to `take` instead of cloned: a caller that converts
+    // outputs (Python's dense arrays) makes its one copy from the arena
+    Status run(const NamedMats& inputs, const OutputTaker& take, RunStats& stats);
 
     // Tests only: inject `faults` into the next runs and plan changes (an empty FaultPlan: none).
     void inject_faults(const FaultPlan& faults);
@@ -117,7 +124,7 @@ private:
     // (a run that completes gives each streamed layer's back as it computes)
     void give_back_uncomputed();
     Status set_plan_locked(const Plan& plan);
-    Status run_locked(const NamedMats& inputs, NamedMats& outputs, RunStats& stats);
+    Status run_locked(const NamedMats& inputs, const OutputTaker& take, RunStats& stats);
 
     // The loading thread of one run, joined when it goes out of scope (an exception on the computing
     // thread included): whatever the loading thread still waits for is stopped first.
