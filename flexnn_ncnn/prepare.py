@@ -1,6 +1,6 @@
 """Prepare a model for the runtime on this machine, and plan it for a budget: the plan sidecar.
 
-    python -m flexnn_ncnn.prepare MODEL.param --budget 100MB [--bin MODEL.bin] [--shape 1,3,224,224]
+    python -m flexnn_ncnn.prepare MODEL.param --budget 100MB [--bin MODEL.bin] [--shape [NAME=]1,3,224,224 ...]
                                   [--threads N] [--no-pretransform] [-o MODEL.flexnn.plan.json]
 
 Prepare writes MODEL.flexnn.transformed beside the sidecar (X.transformed for a sidecar X.json): the
@@ -35,7 +35,7 @@ from . import __version__, measured, native, overhead, planning, sidecar
 from .cli import UserError, add_logging_args, run_main, setup_logging
 from .fetch import sha256_of
 from .files import sampled_digest
-from .ncnn_model import Graph, declared_input_shapes, parse_input_shape, read_param
+from .ncnn_model import Graph, declared_input_shapes, parse_input_shapes, read_param
 from .units import format_size, parse_size
 
 log = logging.getLogger(__name__)
@@ -117,10 +117,11 @@ def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes:
         raise UserError("mapped weights are the pre-transformed ones: --map-weights needs them (drop --no-pretransform)")
     graph = Graph.build(read_param(param))
     declared = {name: s.numpy() for name, s in declared_input_shapes(read_param(param), graph).items()}
-    shapes = input_shapes or declared
+    shapes = {**declared, **(input_shapes or {})}
     missing = [name for name in graph.inputs if name not in shapes]
     if missing:
-        raise UserError(f"the model does not state the shape of input {missing[0]}: pass --shape")
+        raise UserError(f"the model does not state the shape of input '{missing[0]}': give --shape {missing[0]}=1,3,224,224 "
+                        f"(NAME=SHAPE once per input)")
     for name, shape in shapes.items():
         # NCNN would read the input as another rank or channel count than its layers are made for
         want = declared.get(name)
@@ -201,7 +202,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bin", type=Path, help="its .bin (default: beside the .param)")
     parser.add_argument("--budget", required=True,
                         help="memory budget, e.g. 100MB (10^6) or 100MiB (2^20); `min`: the smallest feasible budget")
-    parser.add_argument("--shape", help="input shape, torch NCHW (batch 1 dropped), e.g. 1,3,224,224; default: the model's")
+    parser.add_argument("--shape", action="append", metavar="[NAME=]SHAPE",
+                        help="input shape, torch NCHW (batch 1 dropped), e.g. 1,3,224,224; a model with several inputs: once "
+                             "per input, in the model's input order or as NAME=SHAPE; default: the model's")
     parser.add_argument("--threads", type=int, default=1, help="computing threads (fixed by the plan; default: %(default)s)")
     parser.add_argument("--no-fp16", action="store_true",
                         help="fp32 storage and arithmetic (NCNN's fp16/bf16 off; default: NCNN's, fp16 where the CPU has it)")
@@ -222,10 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     budget = None if args.budget == "min" else parse_size(args.budget)
     shapes = None
     if args.shape:
-        graph = Graph.build(read_param(args.param))
-        if len(graph.inputs) != 1:
-            raise UserError(f"--shape sets one input, the model has {len(graph.inputs)}")
-        shapes = {graph.inputs[0]: parse_input_shape(args.shape).numpy()}
+        param = read_param(args.param)
+        shapes = {name: shape.numpy() for name, shape in parse_input_shapes(args.shape, param, Graph.build(param), "--shape").items()}
     if args.threads < 1:
         raise UserError("--threads must be at least 1")
     out = args.output or args.param.with_name(args.param.name.removesuffix(".param").removesuffix(".flexnn") + sidecar.SUFFIX)

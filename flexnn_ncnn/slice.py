@@ -32,8 +32,8 @@ from typing import Sequence
 
 from .analysis import LayerAnalysis, analyze
 from .cli import UserError, add_logging_args, run_main, setup_logging
-from .ncnn_model import (BlobShape, Graph, ModelBin, NcnnParam, declared_input_shapes, infer_shapes, parse_input_shape,
-                         read_bin, read_param)
+from .ncnn_model import (BlobShape, Graph, ModelBin, NcnnParam, infer_shapes, parse_input_shapes, read_bin,
+                         read_param)
 from .ncnn_model.stock import check_loads
 from .prepare import RuntimeOptions, prepare_model, transformed_path_for, write_plan_file
 from .slicing import TARGETS, SlicingResult, slice_model, spatial, target_for
@@ -161,7 +161,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", help="memory budget, e.g. 100MB, 100MiB or bytes (required unless --analyze); "
                                          "`min` (host): the smallest budget a slicing fits, found by bisection")
     parser.add_argument("--bin", type=Path, help="weights (default: the .param's sibling .bin)")
-    parser.add_argument("--input-shape", help="input shape, e.g. 1,3,224,224 (default: from the Input layer or shape hints)")
+    parser.add_argument("--input-shape", action="append", metavar="[NAME=]SHAPE",
+                        help="input shape, torch NCHW with a batch of 1, e.g. 1,3,224,224; a model with several inputs: "
+                             "once per input, in the model's input order or as NAME=SHAPE (default: from the Input layers "
+                             "or shape hints)")
     parser.add_argument("--target", choices=TARGETS, default="host", help="target CPU, for SIMD widths (default host)")
     parser.add_argument("--threads", type=int, default=RuntimeOptions().threads,
                         help="computing threads the plan is made for (transformed weights depend on it; default %(default)s)")
@@ -199,14 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     param = read_param(args.param)
     bin_path = args.bin or args.param.with_suffix(".bin")
     graph = Graph.build(param)
-    if args.input_shape:
-        if len(graph.inputs) != 1:
-            raise UserError(f"--input-shape sets one input; the model has {len(graph.inputs)}")
-        inputs = {graph.inputs[0]: parse_input_shape(args.input_shape)}
-    else:
-        inputs = declared_input_shapes(param, graph)
-        if set(inputs) != set(graph.inputs):
-            raise UserError("the model does not state its input shape: give --input-shape, e.g. 1,3,224,224")
+    inputs = parse_input_shapes(args.input_shape or [], param, graph, "--input-shape")
     have_bin = bin_path.exists()
     if not have_bin and not args.analyze:
         raise UserError(f"{bin_path}: no such file (give --bin)")

@@ -13,6 +13,7 @@ import pytest
 
 from flexnn_ncnn import Session
 from flexnn_ncnn.cli import UserError
+from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.prepare import prepare_model, write_plan_file
 import subprocess
 
@@ -117,3 +118,51 @@ def test_the_run_command_writes_its_outputs_whole(plan, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert_close(np.load(out)["output"], stock_output(param, bin_, x))
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+# two inputs that state no shape (as pnnx writes them): the shapes come from the command line
+TWO_INPUTS = """7767517
+6 6
+Input a 0 1 a
+Input b 0 1 b
+Convolution ca 1 1 a ya 0=8 1=3 4=1 6=216
+Convolution cb 1 1 b yb 0=8 1=1 6=24
+BinaryOp add 2 1 ya yb sum 0=0
+Convolution head 1 1 sum out 0=4 1=1 6=32
+"""
+
+
+@pytest.mark.parametrize("flags", [["a=1,3,12,20", "b=1,3,12,20"], ["b=1,3,12,20", "a=1,3,12,20"], ["1,3,12,20", "1,3,12,20"]],
+                         ids=["named", "named-out-of-order", "in-input-order"])
+@pytest.mark.parametrize("verb", ["slice", "prepare"])
+def test_a_model_with_several_inputs_takes_a_shape_per_input(flags: list[str], verb: str, tmp_path: Path) -> None:
+    param, bin_ = tmp_path / "two.param", tmp_path / "two.bin"
+    param.write_text(TWO_INPUTS)
+    assert run_module("randbin", str(param), "-o", str(bin_), "--seed", "2").returncode == 0
+    flag = {"slice": "--input-shape", "prepare": "--shape"}[verb]
+    out = {"slice": ["--budget", "min", "-o", str(tmp_path)], "prepare": ["--budget", "min", "-o", str(tmp_path / "two.flexnn.plan.json")]}
+    proc = run_module(verb, str(param), *[arg for shape in flags for arg in (flag, shape)], *out[verb])
+    assert proc.returncode == 0, proc.stderr
+    session = Session(tmp_path / "two.flexnn.plan.json")
+    rng = np.random.default_rng(4)
+    feeds = {name: rng.standard_normal((3, 12, 20)).astype(np.float32) for name in "ab"}
+    ref = run_stock(param, bin_, feeds, ["out"], fp32=False)["out"]
+    assert_close(session.run(feeds)["out"], ref)
+
+
+@pytest.mark.parametrize("flags, fragments", [
+    ([], ["the model does not state the shape of input 'a'", "a=1,3,224,224"]),
+    (["1,3,12,20"], ["1 shape(s) for 2 input(s) (a, b)", "NAME=SHAPE"]),
+    (["a=1,3,12,20"], ["the model does not state the shape of input 'b'"]),
+    (["a=1,3,12,20", "c=1,3,12,20"], ["has no input 'c'; its inputs: a, b"]),
+    (["a=1,3,12,20", "a=1,3,12,20"], ["gives input 'a' twice"]),
+    (["a=1,3,12,20", "1,3,12,20"], ["2 shape(s) for 2 input(s)", "or each as NAME=SHAPE"]),
+], ids=["none", "too-few", "one-named", "unknown", "twice", "mixed"])
+def test_shapes_that_do_not_name_every_input_are_one_line(flags: list[str], fragments: list[str], tmp_path: Path) -> None:
+    param = tmp_path / "two.param"
+    param.write_text(TWO_INPUTS)
+    assert run_module("randbin", str(param), "-o", str(tmp_path / "two.bin")).returncode == 0
+    for verb, flag, out in (("slice", "--input-shape", ["--budget", "1GB"]), ("prepare", "--shape", ["--budget", "1GB"])):
+        proc = run_module(verb, str(param), *[arg for shape in flags for arg in (flag, shape)], *out)
+        assert_user_error(proc, *(f.replace("--input-shape", flag) for f in fragments))
+    assert not list(tmp_path.glob("*.flexnn.*"))  # nothing written

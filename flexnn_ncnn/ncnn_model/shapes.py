@@ -7,6 +7,7 @@ import logging
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -63,6 +64,34 @@ def parse_input_shape(text: str) -> BlobShape:
     if not values or any(v <= 0 for v in values) or len(values) > 4:
         raise UserError(f"input shape {text!r}: 1 to 4 positive dimensions after a batch of 1")
     return BlobShape.from_numpy(tuple(values))
+
+
+def parse_input_shapes(texts: Sequence[str], param: NcnnParam, graph: Graph, flag: str) -> dict[str, BlobShape]:
+    """Every input's shape: `flag`'s values (a shape per input in the model's input order, or
+    NAME=SHAPE for any of them), the shapes the model declares for the inputs not named."""
+    named: dict[str, BlobShape] = {}
+    bare = []
+    for text in texts:
+        name, _, dims = text.rpartition("=")
+        if not name:
+            bare.append(dims)
+        elif name not in graph.inputs:
+            raise UserError(f"{flag} {text}: the model has no input '{name}'; its inputs: {', '.join(graph.inputs)}")
+        elif name in named:
+            raise UserError(f"{flag} gives input '{name}' twice")
+        else:
+            named[name] = parse_input_shape(dims)
+    if bare:
+        if named or len(bare) != len(graph.inputs):
+            raise UserError(f"{flag}: {len(texts)} shape(s) for {len(graph.inputs)} input(s) ({', '.join(graph.inputs)}): "
+                            f"give one per input in that order, or each as NAME=SHAPE")
+        named = {name: parse_input_shape(text) for name, text in zip(graph.inputs, bare)}
+    shapes = {**declared_input_shapes(param, graph), **named}
+    missing = [name for name in graph.inputs if name not in shapes]
+    if missing:
+        raise UserError(f"the model does not state the shape of input '{missing[0]}': give {flag} {missing[0]}=1,3,224,224 "
+                        f"(NAME=SHAPE once per input, or a shape alone for a model with one input)")
+    return {name: shapes[name] for name in graph.inputs}
 
 
 def _hinted(param: NcnnParam) -> dict[str, BlobShape]:
