@@ -45,7 +45,9 @@ def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     proc = run_module("slice", str(param), "--budget", "min", "--input-shape", input_shape, "-o", str(folder / "min"))
     assert proc.returncode == 0, proc.stderr
     smallest = int(re.search(r"smallest budget: ([\d,]+) B", proc.stdout)[1].replace(",", ""))
-    probes = json.loads((folder / "min" / f"{param.stem}.flexnn.slicing.json").read_text())["min_search"]["probes"]
+    search = json.loads((folder / "min" / f"{param.stem}.flexnn.slicing.json").read_text())["min_search"]
+    assert search["smallest"] == smallest == Session(folder / "min" / f"{param.stem}.flexnn.plan.json").budget
+    probes = search["probes"]
     # no probe missed: the first, the slicer's own lower bound, fitted, and nothing slices below it
     infeasible = max((budget for budget, fits in probes if not fits and budget < smallest), default=smallest - 1)
     return param, input_shape, smallest, infeasible

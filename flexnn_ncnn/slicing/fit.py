@@ -197,8 +197,10 @@ class SmallestBudget:
     seconds: float
 
     def search_json(self) -> dict[str, Any]:
-        """The search, as MODEL.flexnn.slicing.json's `min_search` records it: each probe [bytes, fits] in order."""
-        return {"probes": [[p.budget, p.fits] for p in self.probes], "seconds": self.seconds}
+        """The search, as MODEL.flexnn.slicing.json's `min_search` records it: the budget found, each
+        probe [bytes, fits] in order. (The record's own `budget` is what the slicing was cut for, which
+        may be an attempt's: the slicing of one that missed, taken where it plans within less.)"""
+        return {"smallest": self.budget, "probes": [[p.budget, p.fits] for p in self.probes], "seconds": self.seconds}
 
 
 def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], target: Target,
