@@ -226,7 +226,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     shapes = None
     if args.shape:
         param = read_param(args.param)
-        shapes = {name: shape.numpy() for name, shape in parse_input_shapes(args.shape, param, Graph.build(param), "--shape").items()}
+        given = parse_input_shapes(args.shape, param, Graph.build(param), "--shape")
+        shapes = {name: shape.numpy() for name, shape in given.items()}
     if args.threads < 1:
         raise UserError("--threads must be at least 1")
     out = args.output or args.param.with_name(args.param.name.removesuffix(".param").removesuffix(".flexnn") + sidecar.SUFFIX)

@@ -17,8 +17,8 @@ derives from the input's size) become explicit pads. An upsampling layer runs on
 the outputs of all of it (a transposed convolution without pads, an Interp of the tile's size); its
 readers crop what they read, so the outputs near the tile's edges, which miss inputs past them or
 clamp there, are never used. The result is an ordinary NCNN model (unless it crops int8 blobs, whose
-Crops and Concats carry REFERENCE_LAYER_ID, which only the runtime reads): stock NCNN runs it and gives the
-sink, bit for bit with kernels whose sums do not depend on a pixel's position (direct convolution),
+Crops and Concats carry REFERENCE_LAYER_ID, which only the runtime reads): stock NCNN runs it and
+gives the sink, bit for bit with kernels whose sums do not depend on a pixel's position (direct convolution),
 within rounding with Winograd, whose output blocks then fall elsewhere.
 
 The full-resolution intermediates never exist: while a tile runs, the source, the tiles' outputs so
