@@ -3,7 +3,8 @@
 The planner and its checker are C++ (`flexnn_ncnn/csrc/planner/`, module `flexnn_ncnn._planner`);
 this module gives them dataclasses and their JSON form. Time is counted in layer steps with
 half-open intervals: a tensor over [begin, end) is claimed once layer begin-1 has computed and
-released once layer end-1 has; tensors whose intervals only touch may share bytes. A placement's
+released once layer end-1 has; tensors whose intervals only touch may share bytes, and so may two
+intermediates of one layer when NCNN released one before it requested the other. A placement's
 `load_after` is the layer after whose computation the tensor's bytes are claimed (-1: at the start
 of the inference); weights may be claimed early (preloaded), everything else at its first use.
 """
@@ -29,7 +30,8 @@ log = logging.getLogger(__name__)
 
 ROLES = ("weight", "activation", "intermediate")  # index = the C++ Role value
 # the profile's and plan's tables, as the sidecar stores them: a list per field (docs/PLAN_FORMAT.md)
-TENSOR_FIELDS = {"layer": int, "role": str, "ordinal": int, "size": int, "first_use": int, "last_use": int, "transformed": bool}
+TENSOR_FIELDS = {"layer": int, "role": str, "ordinal": int, "size": int, "first_use": int, "last_use": int, "transformed": bool,
+                 "released_before": int}
 TENSOR_COLUMN = {name: k for k, name in enumerate(TENSOR_FIELDS)}  # a field's column in Profile.columns[0]
 LAYER_FIELDS = {"load_us": float, "compute_us": float}
 PLACEMENT_FIELDS = {"offset": int, "load_after": int}
@@ -82,6 +84,9 @@ class TensorUse:
     last_use: int
     # weights only: a record of the transformed-weights file, which a mapped plan maps in place
     transformed: bool = False
+    # intermediates only: released before its layer's intermediate of this ordinal was requested, so
+    # the later ones may share its bytes; -1: held to its layer's end
+    released_before: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +117,7 @@ class Profile:
 
     @functools.cached_property
     def tensors(self) -> tuple[TensorUse, ...]:
-        return tuple(TensorUse(l, ROLES[r], o, s, f, u, bool(t)) for l, r, o, s, f, u, t in self.columns[0].tolist())
+        return tuple(TensorUse(l, ROLES[r], o, s, f, u, bool(t), b) for l, r, o, s, f, u, t, b in self.columns[0].tolist())
 
     @functools.cached_property
     def layers(self) -> tuple[LayerCost, ...]:

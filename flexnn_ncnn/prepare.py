@@ -158,7 +158,7 @@ def _prepared(module: Any, param: Path, bin_path: Path, graph: Graph, shapes: di
         raise UserError(f"prepare {param}: {e}") from None
     tensors, layers = prepared["profile"]
     profile = planning.Profile(
-        tuple(planning.TensorUse(l, planning.ROLES[r], o, s, f, u, t) for l, r, o, s, f, u, t in tensors),
+        tuple(planning.TensorUse(l, planning.ROLES[r], o, s, f, u, t, b) for l, r, o, s, f, u, t, b in tensors),
         tuple(planning.LayerCost(load, comp) for load, comp in layers))
     outside = int(prepared["outside_bytes"])
     if outside:

@@ -29,9 +29,10 @@ from .jsonfields import field as _field
 from .planning import ROLES, TENSOR_COLUMN, Plan, Profile, Rows
 
 SCHEMA = "flexnn-plan"
-SCHEMA_VERSION = 7  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
+SCHEMA_VERSION = 8  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
 # 5: uncounted_rss_bytes; 6: build.runtime_version, target.cpu_features, sampled .bin/.transformed digests;
-# 7: the profile's and plans' tables as columns, no copy of the slicer's decisions (a Session holds less)
+# 7: the profile's and plans' tables as columns, no copy of the slicer's decisions (a Session holds less);
+# 8: profile.tensors.released_before (intermediates of one layer share bytes)
 SUFFIX = ".flexnn.plan.json"
 
 

@@ -21,7 +21,8 @@ def chain_profile(layers: int = 6, weight: int = 4096, activation: int = 2048, s
 @st.composite
 def profiles(draw: st.DrawFn, max_layers: int = 10) -> Profile:
     """Random valid profiles: per layer 0-3 weights (sometimes shared with later layers), 0-2
-    activations (the first layer has one) living 1-4 layers, 0-2 intermediates."""
+    activations (the first layer has one) living 1-4 layers, 0-3 intermediates, each held to its
+    layer's end or released before a later one is requested."""
     layer_count = draw(st.integers(1, max_layers))
     sizes = st.integers(1, 20_000)
     tensors = []
@@ -32,8 +33,10 @@ def profiles(draw: st.DrawFn, max_layers: int = 10) -> Profile:
             tensors.append(TensorUse(l, "weight", o, draw(sizes), l, last))
         for o in range(draw(st.integers(1 if l == 0 else 0, 2))):
             tensors.append(TensorUse(l, "activation", o, draw(sizes), l, draw(reach)))
-        for o in range(draw(st.integers(0, 2))):
-            tensors.append(TensorUse(l, "intermediate", o, draw(sizes), l, l))
+        count = draw(st.integers(0, 3))
+        for o in range(count):
+            released = draw(st.one_of(st.just(-1), st.integers(o + 1, count)))
+            tensors.append(TensorUse(l, "intermediate", o, draw(sizes), l, l, released_before=released))
     costs = st.floats(0, 1000, allow_nan=False)
     layers = tuple(LayerCost(draw(costs), draw(costs)) for _ in range(layer_count))
     return Profile(tuple(tensors), layers)

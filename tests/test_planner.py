@@ -80,6 +80,42 @@ def test_a_tensor_dying_at_step_t_shares_bytes_with_one_born_at_t() -> None:
         planning.check_plan(overlapping, dataclasses.replace(plan, budget=8192, arena_bytes=8192))
 
 
+def test_intermediates_released_before_the_next_request_share_bytes() -> None:
+    """Within a step, an intermediate released before the layer requests the next one lends it its
+    bytes (NCNN's per-group buffers of a grouped layer, a kernel's temporaries); one still held does
+    not, for the planner, the lower bound and the checker alike."""
+    layers = (LayerCost(0, 1), LayerCost(0, 1))
+    activations = (TensorUse(0, "activation", 0, 64, 0, 1), TensorUse(1, "activation", 0, 64, 1, 1))
+    # four 4 KiB intermediates: 0 held to the end; 1 released before 2 is requested, 2 before 3
+    scratch = (TensorUse(1, "intermediate", 0, 4096, 1, 1), TensorUse(1, "intermediate", 1, 4096, 1, 1, released_before=2),
+               TensorUse(1, "intermediate", 2, 4096, 1, 1, released_before=3), TensorUse(1, "intermediate", 3, 4096, 1, 1))
+    shared = Profile(activations + scratch, layers)
+    assert planning.lower_bound(shared) == 2 * 4096 + 2 * 64
+    plan = planning.make_plan(shared, planning.min_feasible_budget(shared))
+    planning.check_plan(shared, plan)
+    assert plan.arena_bytes == 2 * 4096 + 2 * 64
+    offsets = [plan.tensors[i].offset for i in range(2, 6)]
+    assert offsets[1] == offsets[2] == offsets[3] != offsets[0]
+    held = Profile(activations + tuple(dataclasses.replace(t, released_before=-1) for t in scratch), layers)
+    assert planning.lower_bound(held) == 4 * 4096 + 2 * 64
+    with pytest.raises(InvalidPlan, match="layer 1 intermediate 1 and layer 1 intermediate 2 share"):
+        planning.check_plan(held, dataclasses.replace(plan, budget=plan.budget))
+    # released before 2 but requested after 1 was: 1 and 0 still overlap in time
+    with pytest.raises(InvalidPlan, match="layer 1 intermediate 0 and layer 1 intermediate 1 share"):
+        planning.check_plan(shared, dataclasses.replace(plan, tensors=(*plan.tensors[:3], dataclasses.replace(plan.tensors[3], offset=offsets[0]),
+                                                                       *plan.tensors[4:])))
+
+
+@pytest.mark.parametrize("tensor, message", [
+    (TensorUse(0, "activation", 0, 64, 0, 0, released_before=1), "only an intermediate can be released within its step"),
+    (TensorUse(0, "intermediate", 1, 64, 0, 0, released_before=1), "released before request 1, but only an intermediate can"),
+])
+def test_a_release_before_its_own_request_or_of_an_activation_is_refused(tensor: TensorUse, message: str) -> None:
+    bad = Profile((TensorUse(0, "activation", 0, 64, 0, 0), tensor) if tensor.role != "activation" else (tensor,), (LayerCost(0, 0),))
+    with pytest.raises(UserError, match=message):
+        planning.make_plan(bad, 10**6)
+
+
 def test_a_weight_is_loaded_into_bytes_freed_by_the_layer_before_its_own() -> None:
     # at the tight budget a weight can only take bytes whose tensor dies after the previous layer:
     # it loads right after that computation, and the dependency says so

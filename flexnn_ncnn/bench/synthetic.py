@@ -9,6 +9,7 @@ of at most `FC_SLICE_BYTES` and its im2col tiles capped at `IM2COL_TILE_BYTES`, 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from .. import planning
@@ -111,8 +112,7 @@ def scaled(profile: planning.Profile, copies: int) -> planning.Profile:
     tensors, layers = [], []
     for k in range(copies):
         shift = k * len(profile.layers)
-        tensors += [planning.TensorUse(t.layer + shift, t.role, t.ordinal, t.size, t.first_use + shift, t.last_use + shift)
-                    for t in profile.tensors]
+        tensors += [replace(t, layer=t.layer + shift, first_use=t.first_use + shift, last_use=t.last_use + shift) for t in profile.tensors]
         layers += profile.layers
     return planning.Profile(tuple(tensors), tuple(layers))
 

@@ -6,9 +6,9 @@ The slicer's choice rests on this instead (policy.decide): the configuration bec
 model — an Input of the layer's input shape, then the layer with its slice's rows and param ids 26/27
 — with seeded weights, prepared by the native runtime with the recording allocator and the options the
 model will run with (pre-transformed weights included). Its weights are the bytes the layer's load
-holds, its intermediates every buffer its forward requests beside its input and output (all live in
-the step, as the planner places them); a weights-sliced layer's Concat output is added as analysis.py
-counts it. Answers are kept by measured.py under the build, so each configuration is measured once.
+holds, its intermediates the bytes the planner lays every buffer its forward requests beside its
+input and output out in (those NCNN released before its next request share bytes); a weights-sliced
+layer's Concat output is added as analysis.py counts it. Answers are kept by measured.py under the build, so each configuration is measured once.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import measured, native
+from .. import measured, native, planning
 from ..analysis import (GROUPED, Cost, CostModel, FixedModel, GroupedConvModel, LayerAnalysis, group_convolution,
                         grouped_input)
 from ..cli import UserError
@@ -46,6 +46,15 @@ def _input_layer(shape: BlobShape) -> Layer:
     if shape.dims >= 3:
         p.set(2, shape.c)
     return Layer("Input", "in", [], ["in"], p)
+
+
+def _laid_out_bytes(intermediates: list[tuple[int, int, int]]) -> int:
+    """The bytes a layer's (ordinal, size, released_before) intermediates take in a plan: the smallest
+    arena of a one-step profile holding only them."""
+    if not intermediates:
+        return 0
+    tensors = tuple(planning.TensorUse(0, "intermediate", o, size, 0, 0, released_before=released) for o, size, released in intermediates)
+    return planning.min_feasible_budget(planning.Profile(tensors, (planning.LayerCost(0.0, 0.0),)))
 
 
 class LayerMeter:
@@ -101,6 +110,7 @@ class LayerMeter:
                 raise UserError(f"measuring {probe.type} {probe.format()!r} on input {shape.numpy()}: {e}") from None
         tensors, _ = prepared["profile"]
         weights = sum(size for step, role, _, size, *_ in tensors if step == STEP and role == WEIGHT)
-        intermediates = sum(size for step, role, _, size, *_ in tensors if step == STEP and role == INTERMEDIATE)
+        intermediates = _laid_out_bytes([(ordinal, size, released) for step, role, ordinal, size, *_, released in tensors
+                                         if step == STEP and role == INTERMEDIATE])
         log.debug("measured %s on %s: weights %d B, intermediates %d B", probe.format(), shape.numpy(), weights, intermediates)
         return [weights, intermediates]

@@ -9,8 +9,9 @@ namespace {
 
 struct Rect
 {
-    uint64_t lo, hi; // bytes [lo, hi)
-    int begin, end;  // steps [begin, end)
+    uint64_t lo, hi;                // bytes [lo, hi)
+    int begin, end;                 // steps [begin, end)
+    std::pair<int, int> requests;   // request_interval: within one step, only intermediates are apart
 };
 
 std::string bytes(uint64_t lo, uint64_t hi)
@@ -74,7 +75,8 @@ Status check_plan(const Profile& profile, const Plan& plan)
         s = check_placement(t, p, plan);
         if (!s.ok())
             return s;
-        rects[i] = {p.offset, p.offset + planned_bytes(t, plan.mapped, plan.alignment), p.pinned ? 0 : p.load_after + 1, p.pinned ? layer_count : t.last_use + 1};
+        rects[i] = {p.offset, p.offset + planned_bytes(t, plan.mapped, plan.alignment), p.pinned ? 0 : p.load_after + 1, p.pinned ? layer_count : t.last_use + 1,
+                    request_interval(t)};
         if (t.role == Role::Weight && !p.pinned)
         {
             if (load_time[t.layer] != -2 && load_time[t.layer] != p.load_after)
@@ -94,7 +96,7 @@ Status check_plan(const Profile& profile, const Plan& plan)
         for (size_t b = a + 1; b < n && rects[order[b]].lo < x.hi; b++)
         {
             const Rect& y = rects[order[b]];
-            if (x.begin < y.end && y.begin < x.end)
+            if (x.begin < y.end && y.begin < x.end && x.requests.first < y.requests.second && y.requests.first < x.requests.second)
             {
                 return Status::error(tensor_name(profile.tensors[order[a]]) + " and " + tensor_name(profile.tensors[order[b]]) + " share " +
                                      bytes(y.lo, std::min(x.hi, y.hi)) + " during " + steps(std::max(x.begin, y.begin), std::min(x.end, y.end)));

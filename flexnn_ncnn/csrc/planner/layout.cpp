@@ -65,21 +65,61 @@ int place_layer(const LayoutInput& in, int layer, bool preload, int earliest, co
         for (int i : in.weights[layer])
             placements[i].load_after = load_after;
     }
-    for (int i : in.intermediates[layer])
-    {
-        uint64_t offset = 0;
-        if (!occupancy.find(in.sizes[i], in.aligns[i], layer, layer + 1, fits.intermediate, offset))
-            return i;
-        occupancy.add({offset, offset + in.sizes[i], layer, layer + 1});
-        placements[i].offset = offset;
-    }
+    const std::vector<int>& block = in.intermediates[layer];
+    if (block.empty())
+        return -1;
+    uint64_t offset = 0;
+    if (!occupancy.find(in.block_bytes[layer], in.alignment, layer, layer + 1, fits.intermediate, offset))
+        return block.front();
+    occupancy.add({offset, offset + in.block_bytes[layer], layer, layer + 1});
+    for (int i : block)
+        placements[i].offset = offset + in.in_block[i];
     return -1;
+}
+
+// the bytes tensor `i` is placed as: its own, or its layer's intermediate block
+uint64_t placed_bytes(const LayoutInput& in, int i)
+{
+    const TensorUse& t = in.profile.tensors[i];
+    return t.role == Role::Intermediate ? in.block_bytes[t.layer] : in.sizes[i];
 }
 
 Status does_not_fit(const LayoutInput& in, int tensor, const LayoutRequest& request)
 {
-    return Status::error(tensor_name(in.profile.tensors[tensor]) + " (" + std::to_string(in.sizes[tensor]) + " B) does not fit in " +
-                         std::to_string(request.capacity) + " B");
+    const TensorUse& t = in.profile.tensors[tensor];
+    const std::string what = t.role == Role::Intermediate ? "layer " + std::to_string(t.layer) + "'s intermediates" : tensor_name(t);
+    return Status::error(what + " (" + std::to_string(placed_bytes(in, tensor)) + " B) do" + (t.role == Role::Intermediate ? "" : "es") +
+                         " not fit in " + std::to_string(request.capacity) + " B");
+}
+
+// Lays out one layer's intermediates (by ordinal) among themselves: each at the lowest offset
+// free over its request interval. Returns the block's bytes.
+uint64_t lay_out_block(const LayoutInput& in, const std::vector<int>& intermediates, std::vector<uint64_t>& in_block)
+{
+    struct Held
+    {
+        uint64_t lo, hi;
+        int until; // released before this request
+    };
+    std::vector<Held> held; // by lo
+    uint64_t bytes = 0;
+    for (int i : intermediates)
+    {
+        const std::pair<int, int> live = request_interval(in.profile.tensors[i]);
+        held.erase(std::remove_if(held.begin(), held.end(), [&live](const Held& h) { return h.until <= live.first; }), held.end());
+        uint64_t offset = 0;
+        for (const Held& h : held)
+        {
+            if (h.lo >= offset + in.sizes[i])
+                break; // the gap below h holds it
+            offset = std::max(offset, h.hi);
+        }
+        held.insert(std::upper_bound(held.begin(), held.end(), offset, [](uint64_t lo, const Held& h) { return lo < h.lo; }),
+                    {offset, offset + in.sizes[i], live.second});
+        in_block[i] = offset;
+        bytes = std::max(bytes, offset + in.sizes[i]);
+    }
+    return bytes;
 }
 
 // Greedy: every non-pinned tensor over [first_use, last_use + 1), in the request's packing order
@@ -92,24 +132,31 @@ Status lay_out_greedy(const LayoutInput& in, const LayoutRequest& request, const
     std::vector<int> order;
     for (int i = 0; i < static_cast<int>(tensors.size()); i++)
     {
-        if (tensors[i].role != Role::Weight || !pinned[tensors[i].layer])
+        const TensorUse& t = tensors[i];
+        const bool placed_with_block = t.role == Role::Intermediate && in.intermediates[t.layer].front() != i;
+        if ((t.role != Role::Weight || !pinned[t.layer]) && !placed_with_block)
             order.push_back(i);
     }
     std::vector<double> key(tensors.size());
     for (int i : order)
     {
-        const double bytes = double(in.sizes[i]), steps = tensors[i].last_use - tensors[i].first_use + 1;
+        const double bytes = double(placed_bytes(in, i)), steps = tensors[i].last_use - tensors[i].first_use + 1;
         key[i] = request.packing == Packing::BySize ? bytes : request.packing == Packing::ByLifetime ? steps : bytes * steps;
     }
     std::stable_sort(order.begin(), order.end(), [&key](int a, int b) { return key[a] > key[b]; });
     for (int i : order)
     {
         const TensorUse& t = tensors[i];
+        const uint64_t bytes = placed_bytes(in, i);
         uint64_t offset = 0;
-        if (!occupancy.find(in.sizes[i], in.aligns[i], t.first_use, t.last_use + 1, Fit::Lowest, offset))
+        if (!occupancy.find(bytes, in.aligns[i], t.first_use, t.last_use + 1, Fit::Lowest, offset))
             return does_not_fit(in, i, request);
-        occupancy.add({offset, offset + in.sizes[i], t.first_use, t.last_use + 1});
-        placements[i].offset = offset;
+        occupancy.add({offset, offset + bytes, t.first_use, t.last_use + 1});
+        if (t.role != Role::Intermediate)
+            placements[i].offset = offset;
+        else
+            for (int m : in.intermediates[t.layer])
+                placements[m].offset = offset + in.in_block[m];
     }
     for (int layer = 0; layer < static_cast<int>(in.weights.size()); layer++)
     {
@@ -156,6 +203,10 @@ LayoutInput::LayoutInput(const Profile& p, uint64_t a, bool m)
         std::sort(w.begin(), w.end(), by_ordinal);
     for (auto& m : intermediates)
         std::sort(m.begin(), m.end(), by_ordinal);
+    block_bytes.assign(p.layers.size(), 0);
+    in_block.assign(p.tensors.size(), 0);
+    for (size_t layer = 0; layer < intermediates.size(); layer++)
+        block_bytes[layer] = lay_out_block(*this, intermediates[layer], in_block);
 }
 
 Status lay_out(const LayoutInput& in, const LayoutRequest& request, std::vector<Placement>& placements)

@@ -3,7 +3,7 @@
 
 // One pass of the paper's Algorithm 1 at one arena capacity: pinned weights stacked from address 0,
 // activations first at both ends of the rest, then per layer its weights with the earliest
-// feasible preload and its intermediates; a layer that does not fit is laid out again without
+// feasible preload and the block of its intermediates; a layer that does not fit is laid out again without
 // preloading; a layer that still does not fit fails the pass. Or (LayoutRequest::packing) every
 // tensor placed over its own steps, in one of three greedy orders; a weight then loads as soon as
 // its bytes are free.
@@ -30,6 +30,10 @@ struct LayoutInput
     std::vector<int> activations;                   // by (first_use, index)
     std::vector<std::vector<int> > weights;         // per layer, by ordinal
     std::vector<std::vector<int> > intermediates;   // per layer, by ordinal
+    // A layer's intermediates are placed as one block over its step, laid out among themselves
+    // first: those whose request intervals do not overlap share bytes (request_interval).
+    std::vector<uint64_t> block_bytes; // per layer: its intermediates' block, 0 without any
+    std::vector<uint64_t> in_block;    // parallel to profile.tensors: an intermediate's offset in its block
 };
 
 // How a pass orders the tensors it places. LayerOrder is Algorithm 1's pass; the greedy orders place

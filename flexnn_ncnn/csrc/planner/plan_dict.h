@@ -2,7 +2,7 @@
 // files, planner/bind_planner.cpp and python/module.cpp, and nowhere else).
 //
 // A profile is (tensors, layers): tensors are (layer, role, ordinal, size, first_use, last_use,
-// transformed) rows with role 0 weight, 1 activation, 2 intermediate; layers are (load_us, compute_us) rows.
+// transformed, released_before) rows with role 0 weight, 1 activation, 2 intermediate; layers are (load_us, compute_us) rows.
 // A plan is a dict of columns parallel to the profile's tensors (offsets, load_after, pinned) plus
 // its scalars and (comp, load) dependencies. flexnn_ncnn/planning.py wraps both in dataclasses.
 #ifndef FLEXNN_PLANNER_PLAN_DICT_H
@@ -27,9 +27,9 @@
 namespace flexnn {
 namespace plan_dict {
 
-using TensorTuple = std::tuple<int, int, int, uint64_t, int, int, bool>;
+using TensorTuple = std::tuple<int, int, int, uint64_t, int, int, bool, int>;
 using LayerTuple = std::tuple<double, double>;
-// what Python passes: an (n, 7) int64 row per tensor, an (m, 2) float64 row per layer (numpy arrays;
+// what Python passes: an (n, 8) int64 row per tensor, an (m, 2) float64 row per layer (numpy arrays;
 // sequences of tuples are converted)
 using TensorRows = pybind11::array_t<int64_t, pybind11::array::c_style | pybind11::array::forcecast>;
 using LayerRows = pybind11::array_t<double, pybind11::array::c_style | pybind11::array::forcecast>;
@@ -55,7 +55,7 @@ inline int int_field(int64_t value, pybind11::ssize_t row, const char* name)
 inline Profile profile_from_columns(const TensorRows& tensors, const LayerRows& layers)
 {
     Profile profile;
-    const pybind11::ssize_t n = rows_of(tensors, 7, "tensors");
+    const pybind11::ssize_t n = rows_of(tensors, 8, "tensors");
     profile.tensors.reserve(n);
     for (pybind11::ssize_t i = 0; i < n; i++)
     {
@@ -66,7 +66,8 @@ inline Profile profile_from_columns(const TensorRows& tensors, const LayerRows& 
         if (t[3] < 0 || t[6] < 0 || t[6] > 1)
             throw std::overflow_error("profile: tensor " + std::to_string(i) + "'s size or transformed flag is out of range");
         profile.tensors.push_back({int_field(t[0], i, "layer"), static_cast<Role>(role), int_field(t[2], i, "ordinal"),
-                                   static_cast<uint64_t>(t[3]), int_field(t[4], i, "first_use"), int_field(t[5], i, "last_use"), t[6] != 0});
+                                   static_cast<uint64_t>(t[3]), int_field(t[4], i, "first_use"), int_field(t[5], i, "last_use"), t[6] != 0,
+                                   int_field(t[7], i, "released_before")});
     }
     const pybind11::ssize_t m = rows_of(layers, 2, "layers");
     profile.layers.reserve(m);
@@ -80,7 +81,7 @@ inline pybind11::tuple profile_to_columns(const Profile& profile)
     std::vector<TensorTuple> tensors;
     tensors.reserve(profile.tensors.size());
     for (const auto& t : profile.tensors)
-        tensors.emplace_back(t.layer, static_cast<int>(t.role), t.ordinal, t.size, t.first_use, t.last_use, t.transformed);
+        tensors.emplace_back(t.layer, static_cast<int>(t.role), t.ordinal, t.size, t.first_use, t.last_use, t.transformed, t.released_before);
     std::vector<LayerTuple> layers;
     layers.reserve(profile.layers.size());
     for (const auto& l : profile.layers)

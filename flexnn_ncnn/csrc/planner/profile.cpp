@@ -3,6 +3,8 @@
 #include "planner/plan.h"
 
 #include <algorithm>
+#include <limits>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -37,6 +39,14 @@ std::string tensor_name(const TensorUse& tensor)
 uint64_t align_up(uint64_t size, uint64_t alignment)
 {
     return (size + alignment - 1) / alignment * alignment;
+}
+
+std::pair<int, int> request_interval(const TensorUse& t)
+{
+    const int end = std::numeric_limits<int>::max();
+    if (t.role != Role::Intermediate)
+        return {0, end};
+    return {t.ordinal, t.released_before < 0 ? end : t.released_before};
 }
 
 bool has_transformed(const Profile& profile)
@@ -86,6 +96,9 @@ Status validate_profile(const Profile& profile)
             return Status::error(name + " is marked transformed, but only weights can be");
         if (t.role == Role::Intermediate && t.last_use != t.layer)
             return Status::error(name + ": an intermediate must die with its layer");
+        if (t.released_before != -1 && (t.role != Role::Intermediate || t.released_before <= t.ordinal))
+            return Status::error(name + ": released before request " + std::to_string(t.released_before) +
+                                 ", but only an intermediate can be released within its step, after its own request");
         if (!seen.emplace(t.layer, static_cast<int>(t.role), t.ordinal).second)
             return Status::error(name + " appears twice");
     }
@@ -94,10 +107,34 @@ Status validate_profile(const Profile& profile)
 
 uint64_t live_bytes_lower_bound(const Profile& profile, uint64_t alignment)
 {
-    // difference array over steps: +size at first_use, -size at last_use + 1
-    std::vector<int64_t> delta(profile.layers.size() + 1, 0);
+    // per step, the most of its intermediates live at one request: a difference map over requests
+    std::vector<std::map<int, int64_t> > requests(profile.layers.size());
     for (const TensorUse& t : profile.tensors)
     {
+        if (t.role != Role::Intermediate)
+            continue;
+        const int64_t size = static_cast<int64_t>(align_up(t.size, alignment));
+        const std::pair<int, int> live = request_interval(t);
+        requests[t.layer][live.first] += size;
+        requests[t.layer][live.second] -= size;
+    }
+    // difference array over steps: +size at first_use, -size at last_use + 1
+    std::vector<int64_t> delta(profile.layers.size() + 1, 0);
+    for (size_t step = 0; step < requests.size(); step++)
+    {
+        int64_t live = 0, peak = 0;
+        for (const auto& event : requests[step])
+        {
+            live += event.second;
+            peak = std::max(peak, live);
+        }
+        delta[step] += peak;
+        delta[step + 1] -= peak;
+    }
+    for (const TensorUse& t : profile.tensors)
+    {
+        if (t.role == Role::Intermediate)
+            continue;
         const int64_t size = static_cast<int64_t>(align_up(t.size, alignment));
         delta[t.first_use] += size;
         delta[t.last_use + 1] -= size;

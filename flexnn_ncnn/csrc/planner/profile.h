@@ -8,11 +8,16 @@
 // claimed once comp(begin - 1) has finished and released once comp(end - 1) has finished. Two
 // tensors whose intervals only touch (one ends at t, the other begins at t) MAY share bytes.
 // Without preloading, a tensor used by layers first_use..last_use occupies [first_use, last_use + 1).
+//
+// Within its step, an intermediate is live over the requests of its layer's intermediates
+// [ordinal, released_before): two intermediates of one layer whose request intervals do not
+// overlap MAY share bytes (NCNN released the first before it asked for the second).
 
 #include "runtime/status.h"
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace flexnn {
@@ -37,7 +42,14 @@ struct TensorUse
     // weights only: a pre-transformed record of the layer's transformed-weights file, which the
     // runtime may map over its arena bytes instead of reading it there (PlannerOptions::map_transformed)
     bool transformed = false;
+    // intermediates only: released before its layer's intermediate of this ordinal was requested
+    // (> ordinal); -1: held to its layer's end (every other tensor: -1)
+    int released_before = -1;
 };
+
+// the requests of its layer's intermediates over which `t` is live, [first, second); every other
+// tensor: all of them
+std::pair<int, int> request_interval(const TensorUse& t);
 
 struct LayerCost
 {
@@ -52,7 +64,7 @@ struct Profile
 };
 
 // At least one tensor, every size > 0, every index in range, first_use == layer <= last_use, intermediates single-step, identities unique,
-// only weights transformed.
+// only weights transformed, only intermediates released within their step (after their request).
 Status validate_profile(const Profile& profile);
 
 // "layer 17 weight 2": how messages name a tensor.
@@ -63,8 +75,9 @@ uint64_t align_up(uint64_t size, uint64_t alignment);
 // whether some weight is a pre-transformed record (a mapped plan maps it in place)
 bool has_transformed(const Profile& profile);
 
-// Max over steps of the bytes live without preloading or pinning, each size aligned up: no layout
-// of this profile fits in fewer bytes.
+// Max over steps of the bytes live without preloading or pinning, each size aligned up, a step's
+// intermediates counted at the most of them live at one of their requests: no layout of this
+// profile fits in fewer bytes.
 uint64_t live_bytes_lower_bound(const Profile& profile, uint64_t alignment);
 
 } // namespace flexnn

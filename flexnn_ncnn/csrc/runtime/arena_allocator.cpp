@@ -1,5 +1,6 @@
 #include "runtime/arena_allocator.h"
 
+#include <algorithm>
 #include <new>
 
 namespace flexnn {
@@ -18,6 +19,7 @@ void ArenaAllocator::bind(unsigned char* base, PlannedBuffers buffers, const Ste
     step_namer_ = step_name;
     outside_limit_ = outside_limit;
     next_ordinal_.assign(buffers_.size(), 0);
+    held_.clear();
 }
 
 void ArenaAllocator::begin_inference(std::thread::id owner)
@@ -25,6 +27,20 @@ void ArenaAllocator::begin_inference(std::thread::id owner)
     owner_.store(owner);
     next_ordinal_.assign(buffers_.size(), 0);
     served_bytes_ = 0;
+    held_.clear();
+}
+
+const ArenaAllocator::Held* ArenaAllocator::held_over(int step, uint64_t lo, uint64_t hi)
+{
+    if (step != held_step_)
+    {
+        held_.clear();
+        held_step_ = step;
+    }
+    for (const Held& h : held_)
+        if (h.lo < hi && lo < h.hi)
+            return &h;
+    return nullptr;
 }
 
 std::string ArenaAllocator::step_name(int step) const
@@ -102,6 +118,17 @@ void* ArenaAllocator::fastMalloc(size_t size)
     const PlannedBuffer* planned = planned_for(size, step, ordinal);
     if (!planned || !base_)
         return serve_outside(size, step);
+    if (role_ == Role::Intermediate)
+    {
+        const Held* held = held_over(step, planned->offset, planned->offset + size);
+        if (held)
+        {
+            failure_.set(describe(size, step, ordinal) + " is planned over intermediate " + std::to_string(held->ordinal)
+                         + ", which NCNN still holds: the model or its options differ from what was prepared");
+            return serve_outside(size, step);
+        }
+        held_.push_back({base_ + planned->offset, planned->offset, planned->offset + size, ordinal});
+    }
     unsigned char* ptr = base_ + planned->offset;
     served_bytes_ += size;
     if (canary_)
@@ -119,7 +146,15 @@ void* ArenaAllocator::fastMalloc(size_t size)
 
 void ArenaAllocator::fastFree(void* ptr)
 {
-    if (!ptr || (canary_ && canary_->released(ptr)))
+    if (!ptr)
+        return;
+    if (role_ == Role::Intermediate && std::this_thread::get_id() == owner_.load())
+    {
+        auto held = std::find_if(held_.begin(), held_.end(), [ptr](const Held& h) { return h.ptr == ptr; });
+        if (held != held_.end())
+            held_.erase(held);
+    }
+    if (canary_ && canary_->released(ptr))
         return;
     if (outside_.owns(ptr))
         outside_.fastFree(ptr);

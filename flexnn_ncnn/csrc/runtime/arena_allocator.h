@@ -44,7 +44,9 @@ using StepNamer = std::function<std::string(int)>;
 // an allocation), so the error is never a silent overrun nor a crash. With a canary, a request served
 // in the arena fails the inference when its bytes were written since they were poisoned, and an
 // activation or intermediate poisons its bytes when released (a weight dies by the plan, not by
-// its release: the executor poisons it).
+// its release: the executor poisons it). Intermediates of one step may be planned over each other's
+// bytes (profile.h: request intervals): one whose bytes overlap an intermediate NCNN still holds
+// fails the inference and is served from `outside`.
 class ArenaAllocator : public ncnn::Allocator
 {
 public:
@@ -71,6 +73,13 @@ public:
     }
 
 private:
+    struct Held
+    {
+        const unsigned char* ptr;
+        uint64_t lo, hi; // arena bytes [lo, hi)
+        int ordinal;
+    };
+
     void* serve_outside(size_t size, int step);
     // the owner's next ordinal at `step` (0 for a step the plan does not have)
     int take_ordinal(int step);
@@ -78,6 +87,9 @@ private:
     const PlannedBuffer* planned_for(size_t size, int step, int ordinal);
     std::string describe(size_t size, int step, int ordinal) const;
     std::string step_name(int step) const;
+    // an intermediate served in the arena at `step` and still held whose bytes overlap [lo, hi),
+    // or null; forgets those of earlier steps
+    const Held* held_over(int step, uint64_t lo, uint64_t hi);
 
     const Role role_;
     const StepClock& clock_;
@@ -93,6 +105,8 @@ private:
     ArenaCanary* canary_ = nullptr;
     std::vector<int> next_ordinal_; // per step, touched by the owner only
     uint64_t served_bytes_ = 0;     // owner only
+    std::vector<Held> held_; // intermediates served in the arena at held_step_, not released yet; owner only
+    int held_step_ = -1;
 };
 
 } // namespace flexnn

@@ -350,7 +350,7 @@ Status prepare_recorded(const std::string& param_path, const std::string& bin_pa
                 return Status::error("step " + std::to_string(r.step) + ": a workspace buffer outlives its layer "
                                      "(released at step " + std::to_string(last_use) + "): cannot plan it as an intermediate");
             }
-            profile.tensors.push_back({r.step, r.role, r.ordinal, r.size, r.step, last_use});
+            profile.tensors.push_back({r.step, r.role, r.ordinal, r.size, r.step, last_use, false, r.released_before});
         }
     }
     result.outside_bytes = outside.counts().peak_bytes;

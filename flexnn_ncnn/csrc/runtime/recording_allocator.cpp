@@ -64,6 +64,8 @@ void RecordingAllocator::fastFree(void* ptr)
         {
             AllocationRecord& record = records_[it->second];
             record.last_use = std::max(record.step, clock_.release_step());
+            if (role_ == Role::Intermediate)
+                record.released_before = next_ordinal_[record.step];
             live_.erase(it);
         }
     }

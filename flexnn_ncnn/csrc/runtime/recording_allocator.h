@@ -25,6 +25,9 @@ struct AllocationRecord
     uint64_t size;    // bytes requested
     int last_use = -1; // the last step that may have read it; -1 while it is live
     bool transformed = false; // a pre-transformed weight (RecordingAllocator::mark_transformed)
+    // intermediates: the ordinal its step's next request would have had when it was released
+    // (TensorUse::released_before); -1 while live
+    int released_before = -1;
 };
 
 // Prepare's allocator for one role: a heap allocation per request, each one recorded with the
