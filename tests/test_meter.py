@@ -7,9 +7,11 @@ from __future__ import annotations
 import pytest
 
 from flexnn_ncnn.analysis import Cost, analyze
+from flexnn_ncnn.cli import UserError
 from flexnn_ncnn.ncnn_model import BlobShape, Graph, NcnnParam, infer_shapes
+from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.prepare import RuntimeOptions
-from flexnn_ncnn.slicing import Target
+from flexnn_ncnn.slicing import Target, slice_model
 from flexnn_ncnn.slicing.meter import LayerMeter
 from flexnn_ncnn.slicing.policy import decide
 
@@ -84,6 +86,36 @@ def test_a_choice_whose_measurement_exceeds_its_limit_is_not_taken(analyses) -> 
     d = decide(c3, limit, HOST16, measure)
     assert not d.kernel.startswith("winograd") or d.slices > 1
     assert d.after == measure(c3, d.kernel, d.slice_width, d.tiles) and d.after.total <= limit
+
+
+# an FC head a quarter million inputs wide: one 8-row slice is 8 MB of fp32 weights
+WIDE_FC = """7767517
+3 3
+Input            in     0 1 data 0=64 1=64 2=64
+Flatten          f      1 1 data flat
+InnerProduct     fc     1 1 flat out 0=16 1=1 2=4194304
+"""
+
+
+def test_the_smallest_budget_the_slicer_names_is_measured_not_estimated() -> None:
+    """The estimate holds an InnerProduct's stored and packed weights together, as create_pipeline does
+    when it packs them; loaded pre-transformed, NCNN holds the packed ones only. With the meter, the
+    bottleneck's need is measured: the slicer's own smallest budget falls by about a slice, and a
+    budget the estimate refuses slices."""
+    param = NcnnParam.parse(WIDE_FC)
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {"data": BlobShape(3, 64, 64, 1, 64)})
+    modelbin = random_modelbin(param, 0)
+    target = Target("host", 8)
+    measure = LayerMeter(RuntimeOptions(threads=1, fp16=False)).cost
+    estimated = slice_model(param, modelbin, graph, shapes, 1 << 40, target).min_budget
+    measured = slice_model(param, modelbin, graph, shapes, 1 << 40, target, measure=measure).min_budget
+    slice_bytes = 8 * 262144 * 4
+    assert measured <= estimated - 0.9 * slice_bytes, (measured, estimated)
+    between = (measured + estimated) // 2
+    with pytest.raises(UserError, match="is too small: layer fc"):
+        slice_model(param, modelbin, graph, shapes, between, target)
+    assert [d.slices for d in slice_model(param, modelbin, graph, shapes, between, target, measure=measure).sliced] == [2]
 
 
 def test_a_wide_conv_no_whole_kernel_fits_is_cut_both_ways() -> None:

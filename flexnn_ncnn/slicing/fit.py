@@ -267,7 +267,7 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
         log.info("probe %d: %s does not fit (%s)", len(probes), format_size(budget), missed)
         raise missed
 
-    low = slice_model(param, modelbin, graph, shapes, 1 << 62, target, stream=stream, tiler=tiler).min_budget
+    low = slice_model(param, modelbin, graph, shapes, 1 << 62, target, stream=stream, measure=meter.cost, tiler=tiler).min_budget
     high, best = low, None
     for _ in range(MAX_ATTEMPTS):
         try:

@@ -93,8 +93,13 @@ def _options(a: LayerAnalysis, target: Target) -> Iterator[tuple[str, int, int]]
                     yield kernel, width, 1
 
 
-def smallest_working_set(a: LayerAnalysis, target: Target) -> int:
-    return min(a.model.cost(k, w, t).total for k, w, t in _options(a, target))
+def smallest_working_set(a: LayerAnalysis, target: Target, measure: Measure | None = None) -> int:
+    """The least weights + intermediates any option of `a` takes: estimated, or with `measure` the least
+    measured of each kernel's finest cut (its last option)."""
+    if measure is None:
+        return min(a.model.cost(k, w, t).total for k, w, t in _options(a, target))
+    finest = {kernel: (kernel, width, tiles) for kernel, width, tiles in _options(a, target)}
+    return min(measure(a, *option).total for option in finest.values())
 
 
 class _Gate:

@@ -78,6 +78,13 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
     analyses = analyze(graph, shapes)
     need = {a.layer.name: a.live_bytes + reserve + smallest_working_set(a, target) for a in analyses}
     bottleneck = max(analyses, key=lambda a: need[a.layer.name])
+    # with `measure`, the estimate only finds the bottleneck: its need is measured, until the largest
+    # need is a measured one (a fixed layer has nothing to measure)
+    exact: set[str] = set()
+    while measure is not None and bottleneck.layer.name not in exact and not isinstance(bottleneck.model, FixedModel):
+        need[bottleneck.layer.name] = bottleneck.live_bytes + reserve + smallest_working_set(bottleneck, target, measure)
+        exact.add(bottleneck.layer.name)
+        bottleneck = max(analyses, key=lambda a: need[a.layer.name])
     untiled = need[bottleneck.layer.name]
     # below the activation floor: blocks of spatial layers run one output tile at a time (spatial.py)
     if tiler is None:
