@@ -20,22 +20,24 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class BlobShape:
-    """An NCNN Mat shape (elempack 1, fp32): `dims` of w, h, d, c."""
+    """An NCNN Mat shape (elempack 1): `dims` of w, h, d, c, of `element_bytes` each (4: fp32; 1: an
+    int8 blob, as stock NCNN stores a requantizing layer's output)."""
 
     dims: int
     w: int
     h: int = 1
     d: int = 1
     c: int = 1
+    element_bytes: int = 4
 
     @classmethod
-    def from_numpy(cls, shape: tuple[int, ...]) -> BlobShape:
+    def from_numpy(cls, shape: tuple[int, ...], element_bytes: int = 4) -> BlobShape:
         """`(c, d, h, w)`, `(c, h, w)`, `(h, w)` or `(w,)` as NCNN's Python Mat arrays are shaped."""
         dims = len(shape)
         if not 1 <= dims <= 4:
             raise UserError(f"NCNN blobs have 1 to 4 dimensions, not {shape}")
         return cls(dims, shape[-1], shape[-2] if dims >= 2 else 1, shape[-3] if dims == 4 else 1,
-                   shape[0] if dims >= 3 else 1)
+                   shape[0] if dims >= 3 else 1, element_bytes)
 
     def numpy(self) -> tuple[int, ...]:
         return ((self.w,), (self.h, self.w), (self.c, self.h, self.w), (self.c, self.d, self.h, self.w))[self.dims - 1]
@@ -46,8 +48,8 @@ class BlobShape:
 
     @property
     def nbytes(self) -> int:
-        # Mat::create: each channel's w*h*d floats padded to 16 bytes (cstep)
-        return self.c * ((self.w * self.h * self.d * 4 + 15) // 16 * 16)
+        # Mat::create: each channel's w*h*d elements padded to 16 bytes (cstep)
+        return self.c * ((self.w * self.h * self.d * self.element_bytes + 15) // 16 * 16)
 
     def __str__(self) -> str:
         return "x".join(str(v) for v in self.numpy())
@@ -147,7 +149,9 @@ def infer_shapes(param: NcnnParam, graph: Graph, inputs: dict[str, BlobShape],
             with open(bin_path, "wb") as f:
                 random_modelbin(param, seed=0).write(f)
         blobs = [b for b in graph.producer if b not in inputs]
-        out = run_stock(param_path, bin_path, feeds, blobs)
+        element_bytes: dict[str, int] = {}
+        out = run_stock(param_path, bin_path, feeds, blobs, element_bytes=element_bytes)
     shapes = dict(inputs)
-    shapes.update({b: BlobShape.from_numpy(a.shape) for b, a in out.items()})
+    # an int8 blob is costed at a byte an element; every other one as fp32, as NCNN's fp32 run stores it
+    shapes.update({b: BlobShape.from_numpy(a.shape, 1 if element_bytes.get(b) == 1 else 4) for b, a in out.items()})
     return shapes

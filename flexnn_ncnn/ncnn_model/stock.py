@@ -45,10 +45,12 @@ def check_loads(param_path: str | Path) -> None:
 
 def run_stock(param_path: str | Path, bin_path: str | Path, inputs: dict[str, np.ndarray],
               blobs: Sequence[str], *, fp32: bool = True, winograd: bool = True, sgemm: bool = True,
-              num_threads: int = 1) -> dict[str, np.ndarray]:
+              num_threads: int = 1, element_bytes: dict[str, int] | None = None) -> dict[str, np.ndarray]:
     """Extract `blobs` (NCNN layout, batch-less: c,h,w / h,w / w) after feeding `inputs`.
 
-    `fp32` turns off fp16/bf16 storage and arithmetic so the result is plain fp32 math.
+    `fp32` turns off fp16/bf16 storage and arithmetic so the result is plain fp32 math. `element_bytes`,
+    when given, receives each blob's bytes per element as NCNN stores it (1 for an int8 blob a
+    requantizing layer wrote), read before the blob is converted to fp32.
     """
     ncnn = _ncnn()
     net = ncnn.Net()
@@ -69,6 +71,10 @@ def run_stock(param_path: str | Path, bin_path: str | Path, inputs: dict[str, np
         ex.input(name, input_mat(ncnn, array))
     out = {}
     for name in blobs:
+        if element_bytes is not None:
+            ret, stored = ex.extract(name, 1)  # 1: as stored, neither unpacked nor converted
+            if ret == 0 and not stored.empty():
+                element_bytes[name] = stored.elemsize // stored.elempack
         ret, mat = ex.extract(name)
         if ret != 0:
             raise UserError(f"stock NCNN failed to compute blob {name} (code {ret})")
