@@ -10,6 +10,8 @@
 #include <allocator.h>
 #include <cpu.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -24,26 +26,32 @@ double now_us()
 }
 
 // page-aligned, so a record mapped at a page-aligned offset has its pages to itself; NCNN may read
-// NCNN_MALLOC_OVERREAD past it
-unsigned char* allocate_arena(uint64_t bytes)
+// NCNN_MALLOC_OVERREAD past it, and a page no access is allowed to follows (an overrun faults)
+std::unique_ptr<unsigned char, ArenaUnmap> allocate_arena(uint64_t bytes)
 {
-    void* p = nullptr;
-    return posix_memalign(&p, kMappedPage, bytes + NCNN_MALLOC_OVERREAD) == 0 ? static_cast<unsigned char*>(p) : nullptr;
-}
-
-void free_arena(unsigned char* p)
-{
-    free(p);
+    const uint64_t usable = align_up(bytes + NCNN_MALLOC_OVERREAD, kMappedPage);
+    void* p = mmap(nullptr, usable + kMappedPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return nullptr;
+    std::unique_ptr<unsigned char, ArenaUnmap> arena(static_cast<unsigned char*>(p), ArenaUnmap{usable + kMappedPage});
+    if (mprotect(arena.get() + usable, kMappedPage, PROT_NONE) != 0)
+        return nullptr;
+    return arena;
 }
 
 } // namespace
+
+void ArenaUnmap::operator()(unsigned char* arena) const
+{
+    munmap(arena, bytes);
+}
 
 Executor::Executor(const RuntimeOptions& options, LayerSchedule schedule, Profile profile)
     : options_(options), schedule_(std::move(schedule)), profile_(std::move(profile)),
       weights_(Role::Weight, load_clock_, failure_, outside_, faults_),
       blobs_(Role::Activation, compute_clock_, failure_, outside_, faults_),
       workspace_(Role::Intermediate, compute_clock_, failure_, outside_, faults_), mapped_(weights_),
-      arena_(nullptr, free_arena)
+      arena_(nullptr)
 {
 }
 
@@ -248,8 +256,7 @@ Status Executor::set_plan_locked(const Plan& plan)
     release_arena();
     if (options_.static_arena)
     {
-        std::unique_ptr<unsigned char, void (*)(unsigned char*)> arena(
-            faults_.take_arena_failure() ? nullptr : allocate_arena(plan.arena_bytes), free_arena);
+        std::unique_ptr<unsigned char, ArenaUnmap> arena = faults_.take_arena_failure() ? nullptr : allocate_arena(plan.arena_bytes);
         if (!arena)
         {
             const Status failed = Status::error("cannot allocate an arena of " + std::to_string(plan.arena_bytes) + " B");

@@ -44,6 +44,14 @@ struct RunStats
     uint64_t mapped_peak_bytes = 0;   // the most bytes of records mapped at once (their pages and over-read pages)
 };
 
+// Unmaps an arena: its own anonymous mapping of `bytes`, never a chunk of the C heap (the heap would
+// serve it from free space it keeps, and keep its pages once it is freed).
+struct ArenaUnmap
+{
+    uint64_t bytes = 0;
+    void operator()(unsigned char* arena) const;
+};
+
 // Runs a prepared model under a plan (paper section 3.4). One arena of the plan's size holds every
 // weight, activation and intermediate at its planned offset. A loading thread walks the steps in
 // order: load(s) rebuilds step s's layer from its bytes of the .bin (and its pre-transformed weights,
@@ -200,7 +208,7 @@ private:
     TransformedSource source_;           // transformed_, the window with direct_io, zeros_, mapped_
 
     // declared last, destroyed first: layers release their Mats into the allocators above
-    std::unique_ptr<unsigned char, void (*)(unsigned char*)> arena_;
+    std::unique_ptr<unsigned char, ArenaUnmap> arena_;
     std::unique_ptr<Model> model_;
 };
 
