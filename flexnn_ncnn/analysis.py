@@ -182,8 +182,9 @@ class MatrixModel:
 
 @dataclass(frozen=True)
 class Int8Model:
-    """An int8 Convolution or InnerProduct whose output is dequantized to fp32 (int8_scale_term below
-    100): one byte per weight, sliced by output rows with their fp32 bias and weight scale. NCNN picks
+    """An int8 Convolution or InnerProduct, its output dequantized to fp32 (int8_scale_term below 100)
+    or requantized to int8: one byte per weight, sliced by output rows with their fp32 bias and weight
+    scale (a requantizing layer's slices write int8, concatenated by NCNN's reference layer). NCNN picks
     its own int8 kernel (Winograd F(4,3)/F(2,3) for 3x3 stride 1, else GEMM or packed), whose
     transformed weights coexist with the stored ones while create_pipeline builds them."""
 
@@ -416,12 +417,11 @@ def _deconv_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> De
 
 
 def _int8_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> Int8Model | None:
-    """An int8 group-1 Convolution or InnerProduct with a dequantized (fp32) output; None otherwise."""
+    """An int8 group-1 Convolution or InnerProduct, its output dequantized (fp32) or requantized (int8,
+    param 8 above 100: the same int32 sums, requantized per element); None otherwise."""
     if not is_int8(layer) or layer.type == "ConvolutionDepthWise" or len(layer.bottoms) != 1:
         return None
     p = layer.params
-    if p.get_int(8, 0) > 100:
-        return None  # requantized output
     extra = 1 + int(bool(p.get_int(5 if layer.type == "Convolution" else 1, 0)))  # weight scale, bias
     if layer.type == "InnerProduct":
         rows = p.get_int(0, 0)
@@ -478,15 +478,6 @@ def _fixed_model(layer: Layer, in_shape: BlobShape | None, out_shape: BlobShape 
         else:
             scratch = _border_bytes(pads, in_shape)
         return FixedModel(weights, scratch, "default")
-    requantized = layer.params.get_int(8, 0) - 100
-    if layer.type == "Convolution" and requantized > 0 and in_shape is not None and out_shape is not None:
-        # a requantizing int8 layer computes as its dequantizing twin (quantized input, im2col, int32
-        # sums) and requantizes the sums per element; it is not cut
-        params = layer.params.copy()
-        params.set(8, requantized)
-        whole = _int8_model(replace(layer, params=params), in_shape, out_shape)
-        if whole is not None:
-            return FixedModel(weights, whole.cost(whole.kernels[0], whole.rows).intermediates, "default")
     return FixedModel(weights, 0, "-" if not weights else "default")
 
 

@@ -1,7 +1,7 @@
 """`python -m flexnn_ncnn.slice MODEL.param --budget 100MB`: bottleneck-aware layer slicing.
 
 Writes OUTDIR/MODEL.flexnn.param and OUTDIR/MODEL.flexnn.bin (an ordinary NCNN model: stock NCNN
-runs it, unless a tiling crops int8 blobs, which the output says), OUTDIR/MODEL.flexnn.slicing.json
+runs it, unless it crops or concatenates int8 blobs, which the output says), OUTDIR/MODEL.flexnn.slicing.json
 (each layer's kernel, slices, tiles and the numbers they were chosen by) and, for the host target, OUTDIR/MODEL.flexnn.transformed (the layers'
 pre-transformed weights) and OUTDIR/MODEL.flexnn.plan.json: the model is prepared on this machine
 and planned for the budget; when the plan does not fit, every layer's
@@ -116,16 +116,16 @@ def tiling_line(result: SlicingResult) -> str:
         return "spatial tiling: none (the budget holds every layer's whole input and output)"
     blocks = "; ".join(f"{t.layers[0]}..{t.layers[-1]} as {t.rows}x{t.cols} tiles of {t.layers[-1]}'s output "
                        f"({t.recompute:.2f}x their MACs)" for t in result.tilings)
-    return f"spatial tiling: {blocks}: their full-resolution blobs never exist{runtime_only_note(result.param)}"
+    return f"spatial tiling: {blocks}: their full-resolution blobs never exist"
 
 
 def runtime_only_note(param: NcnnParam) -> str:
-    """What the tiling line adds when the sliced model asks for NCNN's reference layers, which stock
-    NCNN does not read ("" when it does not)."""
+    """A line saying the sliced model asks for NCNN's reference layers (a tiling's crops of int8 blobs,
+    a requantizing layer's slices), which stock NCNN does not read ("" when it does not)."""
     reference = sum(1 for layer in param if layer.params.get_int(REFERENCE_LAYER_ID, 0))
     if not reference:
         return ""
-    return (f"; {reference} Crop/Concat layers of int8 blobs run as NCNN's reference layers (param "
+    return (f"{reference} Crop/Concat layers of int8 blobs run as NCNN's reference layers (param "
             f"{REFERENCE_LAYER_ID}=1), which stock NCNN ignores: the sliced model runs in the flexnn runtime only")
 
 
@@ -263,6 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(summary_table(result))
     print(stream_line(result))
     print(tiling_line(result))
+    note = runtime_only_note(result.param)
+    if note:
+        print(note)
     print(f"{len(result.sliced)} of {len(result.decisions)} conv/matrix layers sliced or re-kerneled for target "
           f"{target.name} (SIMD width {target.simd_width}); the slicer's own smallest budget {format_size(result.min_budget)}")
     print(f"wrote {out_param}, {out_bin}, {out_json}")

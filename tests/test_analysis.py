@@ -156,12 +156,13 @@ Concat           cat    2 1 s d2 out 0=0
 
 
 def _one_layer_scratch(text: str, shape: BlobShape, kernel: str, tmp_path, fp16: bool = True) -> tuple[int, int]:
-    """A one-layer model (input blob `data`) and its intermediates: the analysis' estimate for `kernel`,
-    and what NCNN allocates, as the runtime's profile of it records."""
+    """A one-layer model (input blob `data`) and its intermediates: the analysis' estimate for `kernel`
+    (the layer whole), and what NCNN allocates, as the runtime's profile of it records."""
     param = NcnnParam.parse(text)
     graph = Graph.build(param)
     shapes = infer_shapes(param, graph, {"data": shape})
-    estimate = analyze(graph, shapes)[1].model.cost(kernel).intermediates
+    model = analyze(graph, shapes)[1].model
+    estimate = model.cost(kernel, getattr(model, "rows", 0)).intermediates
     (tmp_path / "one.param").write_text(text)
     with open(tmp_path / "one.bin", "wb") as f:
         random_modelbin(param, seed=1).write(f)
@@ -194,11 +195,12 @@ def test_a_depthwise_convolutions_bordered_copy_is_what_ncnn_allocates(conv: str
 
 @pytest.mark.parametrize("kernel", [1, 3])
 def test_a_requantizing_int8_convolution_is_costed_with_its_scratch(kernel: int, tmp_path) -> None:
-    """It is not cut, but it quantizes its input, multiplies in int32 and requantizes: the estimate
-    holds that scratch (at least 40% of what NCNN allocates, as the profile records it; never more)."""
+    """It quantizes its input, multiplies in int32 and requantizes, as a dequantizing int8 layer does:
+    the estimate holds that scratch (at least 40% of what NCNN allocates, as the profile records it;
+    never more)."""
     text = (f"7767517\n2 2\nInput in 0 1 data 0=60 1=40 2=32\n"
             f"Convolution c 1 1 data out 0=32 1={kernel} 4={kernel // 2} 6={1024 * kernel * kernel} 8=102\n")
-    estimate, measured = _one_layer_scratch(text, BlobShape(3, 60, 40, 1, 32), "default", tmp_path)
+    estimate, measured = _one_layer_scratch(text, BlobShape(3, 60, 40, 1, 32), "int8", tmp_path)
     assert 0.4 * measured <= estimate <= measured, (estimate, measured)
 
 

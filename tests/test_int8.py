@@ -15,6 +15,7 @@ from flexnn_ncnn.ncnn_model.modelbin import TAG_INT8
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.slicing import Target, slice_model
+from flexnn_ncnn.slicing.rewrite import REFERENCE_LAYER_ID
 from helpers import assert_counted_within_budget
 from test_runtime import assert_close
 from test_unseen_inputs import sliced_session
@@ -146,3 +147,31 @@ def test_a_sliced_int8_layer_equals_the_whole_one_in_stock_ncnn(tmp_path: Path) 
     ref = run_stock(param_path, bin_path, {"data": x}, ["output"])["output"]
     got = run_stock(out_param, out_bin, {"data": x}, ["output"])["output"]
     assert np.array_equal(got, ref)
+
+
+# a requantizing 3x3 int8 convolution (param 8 = 101: int8 output, read by an int8 1x1 convolution):
+# NCNN's int8 Winograd holds its weights transformed, 8.4 MB for 295 KB of int8 weights
+REQUANTIZING = """7767517
+4 4
+Input data 0 1 data 0=28 1=28 2=64
+Convolution conv1 1 1 data c1 0=512 1=3 4=1 5=1 6=294912 9=1 8=101
+Convolution conv2 1 1 c1 c2 0=16 1=1 5=1 6=8192 8=1
+Pooling gap 1 1 c2 output 0=1 4=1
+"""
+
+
+def test_a_requantizing_layer_is_weights_sliced_and_equals_stock(tmp_path: Path) -> None:
+    """Its slices requantize their rows with the layer's output scale, and their int8 outputs are
+    concatenated by NCNN's reference Concat (its CPU one reads int8 packs as floats): at 6 MB, below
+    what the whole layer needs, the runtime's output equals stock NCNN's on the original model."""
+    files = write(tmp_path, "requantizing", REQUANTIZING)
+    session = sliced_session(*files, (1, 64, 28, 28), "6MB", tmp_path / "sliced", "--threads", "1")
+    sliced = read_param(tmp_path / "sliced" / "requantizing.flexnn.param")
+    slices = [l for l in sliced if l.name.startswith("conv1.flexnn") and l.type == "Convolution"]
+    assert len(slices) > 1 and all(l.params.get_int(8, 0) == 101 for l in slices)
+    (concat,) = [l for l in sliced if l.name == "conv1.flexnn_concat"]
+    assert concat.params.get_int(REFERENCE_LAYER_ID, 0) == 1
+    for seed in range(1, 5):
+        x = np.random.default_rng(seed).standard_normal((64, 28, 28)).astype(np.float32) * (1 + seed % 3)
+        assert_close(session.run({"data": x})["output"], run_stock(*files, {"data": x}, ["output"], fp32=False)["output"])
+        assert_counted_within_budget(session.stats())

@@ -1,8 +1,9 @@
 """Apply slicing decisions to a model: weights slicing becomes Split → N sub-layers → Concat, and a
 grouped convolution run apart becomes Split → per group Crop → Convolution → Concat.
 
-The sliced model is an ordinary NCNN model (stock NCNN runs it unchanged), unless spatial tiling
-crops int8 blobs (REFERENCE_LAYER_ID, spatial.py). Each sub-layer carries
+The sliced model is an ordinary NCNN model (stock NCNN runs it unchanged), unless it concatenates
+or crops int8 blobs (REFERENCE_LAYER_ID): a requantizing int8 layer's slices, or spatial tiling's
+crops (spatial.py). Each sub-layer carries
 one contiguous range of output channels/rows with its weights in the storage they had (fp16 stays
 fp16, byte for byte). The Concat takes the original top's name, so consumers are untouched.
 
@@ -114,6 +115,21 @@ def numpy_crop(name: str, bottom: str, top: str, starts: list[int], ends: list[i
     return Layer("Crop", name, [bottom], [top], p)
 
 
+def writes_int8(layer: Layer) -> bool:
+    """The layer writes an int8 blob: a quantizing layer, or an int8 layer that requantizes (param 8 > 100)."""
+    return layer.type in ("Quantize", "Requantize") or (
+        layer.type in ("Convolution", "ConvolutionDepthWise", "InnerProduct") and layer.params.get_int(8, 0) > 100)
+
+
+def unpacked_if(int8: bool, layer: Layer) -> Layer:
+    """`layer` (a Crop or Concat), computed by NCNN's reference layer where its input holds int8: NCNN's
+    packed CPU Crop and Concat read an int8 blob's packs as floats; the runtime builds the reference
+    layer, whose input the Net unpacks first, for REFERENCE_LAYER_ID=1."""
+    if int8:
+        layer.params.set(REFERENCE_LAYER_ID, 1)
+    return layer
+
+
 def _concat(name: str, bottoms: list[str], top: str, axis: int, like: Layer) -> Layer:
     """A Concat merging `bottoms` into `like`'s top, with its shape hint."""
     p = ParamDict()
@@ -144,7 +160,7 @@ def _emit(layer: Layer, lw: LayerWeights | None, d: LayerDecision, shapes: dict[
         weights.append(LayerWeights(names[i], 0, records))
     # channels (axis 0) of a conv's c,h,w output; the last axis (w) of a matrix layer's output
     axis = 0 if layer.type in ("Convolution", "Deconvolution") else shapes[top].dims - 1
-    layers.append(_concat(f"{layer.name}.flexnn_concat", outs, top, axis, layer))
+    layers.append(unpacked_if(writes_int8(layer), _concat(f"{layer.name}.flexnn_concat", outs, top, axis, layer)))
     return tuple(names)
 
 

@@ -38,7 +38,7 @@ from ..analysis import LayerAnalysis, analyze, conv_pads, pooling_pads
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, ParamDict
 from ..ncnn_model.param import SHAPE_HINT_ID
 from .policy import smallest_working_set
-from .rewrite import REFERENCE_LAYER_ID, numpy_crop
+from .rewrite import numpy_crop, unpacked_if, writes_int8
 from .target import Target
 
 log = logging.getLogger(__name__)
@@ -427,16 +427,7 @@ class SpatialTiling:
 
 
 def _crop(name: str, bottom: str, top: str, region: Region, int8: bool) -> Layer:
-    return _unpacked_if(int8, numpy_crop(name, bottom, top, [region.top, region.left], [region.bottom, region.right], [1, 2]))
-
-
-def _unpacked_if(int8: bool, layer: Layer) -> Layer:
-    """`layer` (a Crop or Concat), computed by NCNN's reference layer where its input holds int8: NCNN's
-    packed CPU Crop and Concat read an int8 blob's packs as floats; the runtime builds the reference
-    layer, whose input the Net unpacks first, for REFERENCE_LAYER_ID=1."""
-    if int8:
-        layer.params.set(REFERENCE_LAYER_ID, 1)
-    return layer
+    return unpacked_if(int8, numpy_crop(name, bottom, top, [region.top, region.left], [region.bottom, region.right], [1, 2]))
 
 
 def _axis(axis: int) -> ParamDict:
@@ -560,12 +551,12 @@ def rewrite(param: NcnnParam, shapes: dict[str, BlobShape], block_layers: list[L
             row_tiles.append(sink + suffix)
         if cols > 1:
             row_blob = sink if rows == 1 else f"{sink}.flexnn_{mark}row{r}"
-            add([_unpacked_if(sink in int8_blobs, Layer("Concat", f"{tag}.flexnn_{mark}row{r}", row_tiles, [row_blob], _axis(2)))],
+            add([unpacked_if(sink in int8_blobs, Layer("Concat", f"{tag}.flexnn_{mark}row{r}", row_tiles, [row_blob], _axis(2)))],
                 {row_blob: _shape(out_shape.c, Region(row[0].top, row[0].bottom, 0, out_shape.w))})
             row_tiles = [row_blob]
         row_blobs += row_tiles
     if rows > 1:
-        add([_unpacked_if(sink in int8_blobs, Layer("Concat", f"{tag}.flexnn_{mark}concat", row_blobs, [sink], _axis(1)))],
+        add([unpacked_if(sink in int8_blobs, Layer("Concat", f"{tag}.flexnn_{mark}concat", row_blobs, [sink], _axis(1)))],
             {sink: out_shape})
     at = next(i for i, layer in enumerate(param) if layer.name in names)
     layers = ([layer for layer in param.layers[:at] if layer.name not in names] + block
@@ -618,18 +609,12 @@ def _block_need(block_layers: list[Layer], shapes: dict[str, BlobShape], block: 
     return need, macs
 
 
-def _int8_output(layer: Layer) -> bool:
-    """The layer writes an int8 blob: a quantizing layer, or an int8 layer that requantizes (param 8 > 100)."""
-    return layer.type in ("Quantize", "Requantize") or (
-        layer.type in ("Convolution", "ConvolutionDepthWise", "InnerProduct") and layer.params.get_int(8, 0) > 100)
-
-
 def _int8_blobs(layers: list[Layer]) -> set[str]:
     """The blobs of `layers` (in order) that hold int8: requantizing layers' outputs and what Split, Crop,
     Concat and Padding make of them (an earlier tiling's crops and Concats included)."""
     found: set[str] = set()
     for layer in layers:
-        if _int8_output(layer) or (layer.type in MOVING and layer.bottoms[0] in found):
+        if writes_int8(layer) or (layer.type in MOVING and layer.bottoms[0] in found):
             found.update(layer.tops)
     return found
 
