@@ -20,43 +20,35 @@ from helpers import assert_counted_within_budget
 from test_runtime import assert_close
 from test_unseen_inputs import sliced_session
 
-SHAPE = (1, 3, 32, 32)
-HOST = Target("host", 16)
-# ResNet-style: a stem, a residual block of 1x1 convolutions at 32x32, and an FC head whose first layer
-# reads the flattened 64x32x32 features: its weights (65536 x 64) set the model's memory
-RESNET_FC = """7767517
+
+def resnet_fc(side: int, width: int, fc_rows: int) -> str:
+    """ResNet-style: a stem, a residual block of 1x1 convolutions (`width` channels at side x side), and
+    an FC head whose first layer (`fc_rows` rows) reads the flattened 64 x side x side features."""
+    features = 64 * side * side
+    return f"""7767517
 11 12
-Input data 0 1 data 0=32 1=32 2=3
-Convolution stem 1 1 data stem 0=32 1=3 4=1 5=1 6=864 9=1
+Input data 0 1 data 0={side} 1={side} 2=3
+Convolution stem 1 1 data stem 0={width} 1=3 4=1 5=1 6={27 * width} 9=1
 Split s1 1 2 stem s1a s1b
-Convolution b1c1 1 1 s1a b1c1 0=32 1=1 5=1 6=1024 9=1
-Convolution b1c2 1 1 b1c1 b1c2 0=32 1=1 5=1 6=1024
+Convolution b1c1 1 1 s1a b1c1 0={width} 1=1 5=1 6={width * width} 9=1
+Convolution b1c2 1 1 b1c1 b1c2 0={width} 1=1 5=1 6={width * width}
 BinaryOp b1add 2 1 b1c2 s1b b1add 0=0
 ReLU b1relu 1 1 b1add b1
-Convolution expand 1 1 b1 expand 0=64 1=1 5=1 6=2048 9=1
+Convolution expand 1 1 b1 expand 0=64 1=1 5=1 6={64 * width} 9=1
 Flatten flat 1 1 expand flat
-InnerProduct fc1 1 1 flat fc1 0=64 1=1 2=4194304 9=1
-InnerProduct fc2 1 1 fc1 output 0=10 1=1 2=640
+InnerProduct fc1 1 1 flat fc1 0={fc_rows} 1=1 2={fc_rows * features} 9=1
+InnerProduct fc2 1 1 fc1 output 0=10 1=1 2={10 * fc_rows}
 """
 
-# The twin the acceptance compares: the same body at 128x128, and an FC head reading the flattened
-# 64x128x128 features, a million weights per output row: one SIMD-wide slice of its rows (8 of them)
-# sets the smallest budget, 32 MB in fp32, 8 MB in int8.
+
+SHAPE = (1, 3, 32, 32)
+HOST = Target("host", 16)
+# at 32x32, fc1's weights (65536 x 64) set the model's memory
+RESNET_FC = resnet_fc(32, 32, 64)
+# The twin the acceptance compares: at 128x128, fc1 reads a million features per row: one SIMD-wide
+# slice of its rows (8 of them) sets the smallest budget, 32 MB in fp32, 8 MB in int8.
 TWIN_SHAPE = (1, 3, 128, 128)
-RESNET_FC_WIDE = """7767517
-11 12
-Input data 0 1 data 0=128 1=128 2=3
-Convolution stem 1 1 data stem 0=16 1=3 4=1 5=1 6=432 9=1
-Split s1 1 2 stem s1a s1b
-Convolution b1c1 1 1 s1a b1c1 0=16 1=1 5=1 6=256 9=1
-Convolution b1c2 1 1 b1c1 b1c2 0=16 1=1 5=1 6=256
-BinaryOp b1add 2 1 b1c2 s1b b1add 0=0
-ReLU b1relu 1 1 b1add b1
-Convolution expand 1 1 b1 expand 0=64 1=1 5=1 6=1024 9=1
-Flatten flat 1 1 expand flat
-InnerProduct fc1 1 1 flat fc1 0=16 1=1 2=16777216 9=1
-InnerProduct fc2 1 1 fc1 output 0=10 1=1 2=160
-"""
+RESNET_FC_WIDE = resnet_fc(128, 16, 16)
 
 
 def int8_of(text: str, requantized: tuple[str, ...] = ()) -> str:
