@@ -1,8 +1,9 @@
 """`python -m flexnn_ncnn.slice MODEL.param --budget 100MB`: bottleneck-aware layer slicing.
 
 Writes OUTDIR/MODEL.flexnn.param and OUTDIR/MODEL.flexnn.bin (an ordinary NCNN model: stock NCNN
-runs it, unless it crops or concatenates int8 blobs, which the output says), OUTDIR/MODEL.flexnn.slicing.json
-(each layer's kernel, slices, tiles and the numbers they were chosen by) and, for the host target, OUTDIR/MODEL.flexnn.transformed (the layers'
+runs it, unless it crops or concatenates int8 blobs, which the output says),
+OUTDIR/MODEL.flexnn.slicing.json (each layer's kernel, slices, tiles and the numbers they were
+chosen by) and, for the host target, OUTDIR/MODEL.flexnn.transformed (the layers'
 pre-transformed weights) and OUTDIR/MODEL.flexnn.plan.json: the model is prepared on this machine
 and planned for the budget; when the plan does not fit, every layer's
 limit is tightened by the shortfall and the model sliced again, or the error names the smallest

@@ -8,7 +8,8 @@ model — an Input of the layer's input shape, then the layer with its slice's r
 model will run with (pre-transformed weights included). Its weights are the bytes the layer's load
 holds, its intermediates the bytes the planner lays every buffer its forward requests beside its
 input and output out in (those NCNN released before its next request share bytes); a weights-sliced
-layer's Concat output is added as analysis.py counts it. Answers are kept by measured.py under the build, so each configuration is measured once.
+layer's Concat output is added as analysis.py counts it. Answers are kept by measured.py under the
+build, so each configuration is measured once.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ void* ArenaAllocator::fastMalloc(size_t size)
                          + ", which NCNN still holds: the model or its options differ from what was prepared");
             return serve_outside(size, step);
         }
-        held_.push_back({base_ + planned->offset, planned->offset, planned->offset + size, ordinal});
+        held_.push_back({planned->offset, planned->offset + size, ordinal});
     }
     unsigned char* ptr = base_ + planned->offset;
     served_bytes_ += size;
@@ -148,9 +148,9 @@ void ArenaAllocator::fastFree(void* ptr)
 {
     if (!ptr)
         return;
-    if (role_ == Role::Intermediate && std::this_thread::get_id() == owner_.load())
+    if (role_ == Role::Intermediate && base_ && std::this_thread::get_id() == owner_.load())
     {
-        auto held = std::find_if(held_.begin(), held_.end(), [ptr](const Held& h) { return h.ptr == ptr; });
+        auto held = std::find_if(held_.begin(), held_.end(), [this, ptr](const Held& h) { return base_ + h.lo == ptr; });
         if (held != held_.end())
             held_.erase(held);
     }

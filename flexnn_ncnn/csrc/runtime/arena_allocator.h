@@ -75,7 +75,6 @@ public:
 private:
     struct Held
     {
-        const unsigned char* ptr;
         uint64_t lo, hi; // arena bytes [lo, hi)
         int ordinal;
     };
