@@ -157,7 +157,8 @@ def test_a_model_with_several_inputs_takes_a_shape_per_input(flags: list[str], v
     (["a=1,3,12,20", "c=1,3,12,20"], ["has no input 'c'; its inputs: a, b"]),
     (["a=1,3,12,20", "a=1,3,12,20"], ["gives input 'a' twice"]),
     (["a=1,3,12,20", "1,3,12,20"], ["2 shape(s) for 2 input(s)", "or each as NAME=SHAPE"]),
-], ids=["none", "too-few", "one-named", "unknown", "twice", "mixed"])
+    (["a=2,3,12,20", "b=1,3,12,20"], ["a batch of 2", "give 1,3,12,20"]),
+], ids=["none", "too-few", "one-named", "unknown", "twice", "mixed", "batch"])
 def test_shapes_that_do_not_name_every_input_are_one_line(flags: list[str], fragments: list[str], tmp_path: Path) -> None:
     param = tmp_path / "two.param"
     param.write_text(TWO_INPUTS)

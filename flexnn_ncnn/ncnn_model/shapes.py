@@ -56,11 +56,15 @@ class BlobShape:
 
 
 def parse_input_shape(text: str) -> BlobShape:
-    """`1,3,224,224` (torch NCHW, batch 1 dropped) -> c=3 h=224 w=224."""
+    """`1,3,224,224` (torch NCHW, batch 1 dropped) -> c=3 h=224 w=224. Four numbers are NCHW, so
+    their first is a batch and must be 1; a 4-D blob is 1,C,D,H,W."""
     try:
         values = [int(v) for v in text.replace("x", ",").split(",") if v.strip()]
     except ValueError:
         raise UserError(f"input shape {text!r}: write numbers separated by commas, e.g. 1,3,224,224") from None
+    if len(values) == 4 and values[0] != 1:
+        raise UserError(f"input shape {text!r}: a batch of {values[0]}; NCNN runs one sample at a time, give "
+                        f"1,{','.join(map(str, values[1:]))} (a 4-D blob with its batch: 1,C,D,H,W)")
     if len(values) >= 2 and values[0] == 1:
         values = values[1:]
     if not values or any(v <= 0 for v in values) or len(values) > 4:
