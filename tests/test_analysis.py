@@ -162,7 +162,7 @@ def _one_layer_scratch(text: str, shape: BlobShape, kernel: str, tmp_path, fp16:
     graph = Graph.build(param)
     shapes = infer_shapes(param, graph, {"data": shape})
     model = analyze(graph, shapes)[1].model
-    estimate = model.cost(kernel, getattr(model, "rows", 0)).intermediates
+    estimate = model.cost(kernel, model.rows).intermediates
     (tmp_path / "one.param").write_text(text)
     with open(tmp_path / "one.bin", "wb") as f:
         random_modelbin(param, seed=1).write(f)
