@@ -125,6 +125,13 @@ def hot_list(runs: Sequence[list[link_map.InputSection]]) -> list[archive_layout
     return sorted(ran_by, key=lambda e: (-len(ran_by[e]), ran_by[e], first[e]))
 
 
+def merged(traced: Sequence[archive_layout.HotEntry], earlier: Sequence[archive_layout.HotEntry]) -> list[archive_layout.HotEntry]:
+    """`traced`, then the entries of `earlier` it lacks, in their order: a list measured on one instruction
+    set keeps the functions another's compiler cloned under other names (`.constprop.1` for `.constprop.0`)."""
+    seen = set(traced)
+    return [*traced, *(e for e in earlier if e not in seen)]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.code_trace", description=__doc__.split("\n\n")[0])
     parser.add_argument("plans", nargs="+", type=Path, metavar="PLAN.json", help="prepared sidecars to run (never modified)")
@@ -134,6 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--link-map", type=Path,
                         help="that module's link map (default: the _native.map beside it)")
     parser.add_argument("--tracer", type=Path, default=TRACER, help=f"libflexnn_code_trace (default: {TRACER})")
+    parser.add_argument("--merge", type=Path, metavar="HOT_LIST",
+                        help="an earlier hot list (e.g. the output itself, measured on another instruction set): its "
+                             "functions this trace did not reach are kept, after the traced ones")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     add_logging_args(parser)
     args = parser.parse_args(argv)
@@ -143,6 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.output is None:
         raise UserError("-o/--output is required")
+    if args.merge is not None and not args.merge.is_file():
+        raise UserError(f"--merge {args.merge} does not exist")
+    # read before anything runs: the output may be the list merged
+    earlier = archive_layout.read_hot_list(args.merge) if args.merge is not None else []
     module = args.module or trace_module()
     link_map_path = args.link_map or module.with_name("_native.map")
     for path in (module, link_map_path, args.tracer):
@@ -151,13 +165,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections = link_map.text_sections(link_map_path)
     runs = [link_map.sections_on_pages(sections, trace_in_child(plan, args.tracer, module), PAGE)
             for plan in tqdm(args.plans, desc="trace", unit="plan", disable=None)]
-    entries = hot_list(runs)
+    traced = hot_list(runs)
+    entries = merged(traced, earlier)
     size = sum(s.size for s in {s for run in runs for s in run if movable(s)})
-    lines = [f"# {len(entries)} functions ({size:,} B here) that {len(runs)} plans ran, most used first;",
+    kept = f"; {len(entries) - len(traced)} more kept from {args.merge}" if args.merge is not None else ""
+    lines = [f"# {len(traced)} functions ({size:,} B here) that {len(runs)} plans ran, most used first{kept};",
              "# written by python -m flexnn_ncnn.code_trace, laid out first by the build (archive_layout.py)",
              *(f"{member}\t{section}" for member, section in entries)]
     atomic_write(args.output, lambda f: f.write(("\n".join(lines) + "\n").encode()))
-    print(f"{args.output}: {len(entries)} functions, {size:,} B of code in this build")
+    print(f"{args.output}: {len(entries)} functions ({len(traced)} traced), {size:,} B of traced code in this build")
     return 0
 
 

@@ -3,8 +3,10 @@
 # "Where the code lies"): NCNN's benchmark structures (random weights) and four zoo models are sliced
 # and prepared in WORK (default build/hot-code), each plan runs once on the code tracer's module
 # (every function on pages of its own, so the trace names exactly the functions that ran), and the
-# host build is laid out with the list. Needs the test extras (torch, pnnx) and
-# ../shared/models/ncnn-benchmark. Run it again after a change of NCNN's pin.
+# host build is laid out with the list. The functions the list held and this machine did not run stay
+# after the traced ones (code_trace --merge): run on hosts of each instruction set (AVX2, AVX-512), the
+# list covers the functions their compilers cloned under different names. Needs the test extras
+# (torch, pnnx) and ../shared/models/ncnn-benchmark. After a change of NCNN's pin, start from an empty list.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -30,5 +32,5 @@ while read -r name budget; do
     args=("$WORK/models/$stem.param" --bin "$WORK/models/$stem.bin" --input-shape "$shape" --threads 2 -o "$WORK/$stem-$budget")
     "$PYTHON" -m flexnn_ncnn.slice "${args[@]}" --budget "$budget" || "$PYTHON" -m flexnn_ncnn.slice "${args[@]}" --budget min
 done <<< "$PLANS"
-"$PYTHON" -m flexnn_ncnn.code_trace "$WORK"/*-*/*.flexnn.plan.json -o flexnn_ncnn/hot_code/x86.txt
+"$PYTHON" -m flexnn_ncnn.code_trace "$WORK"/*-*/*.flexnn.plan.json -o flexnn_ncnn/hot_code/x86.txt --merge flexnn_ncnn/hot_code/x86.txt
 "$PYTHON" -m flexnn_ncnn.build --target host

@@ -92,3 +92,22 @@ def test_code_trace_writes_a_hot_list_read_back_in_rank_order(tmp_path: Path) ->
     hot = read_hot_list(out)
     assert hot and len(set(hot)) == len(hot)
     assert all(section.startswith(".text.") for _, section in hot)
+
+
+def test_code_trace_merges_an_earlier_list_after_what_it_traced(tmp_path: Path) -> None:
+    plan = _residual_plan(tmp_path)
+    out = tmp_path / "hot.txt"
+    # another instruction set's clone, and a function this plan also runs
+    earlier = [(f"convolution_x86{ISA}.cpp.o", ".text._ZN4ncnnL17only_elsewhere.constprop.1"),
+               (f"convolution_x86{ISA}.cpp.o", ".text._ZN4ncnnL17only_elsewhere.constprop.0")]
+    out.write_text("# measured elsewhere\n" + "".join(f"{m}\t{s}\n" for m, s in earlier))
+    proc = run_module("code_trace", str(plan), "-o", str(out), "--merge", str(out))
+    assert proc.returncode == 0, proc.stderr
+    hot = read_hot_list(out)
+    traced = hot[:-len(earlier)]
+    assert traced and hot[-len(earlier):] == earlier and not set(traced) & set(earlier)
+    again = tmp_path / "again.txt"
+    assert run_module("code_trace", str(plan), "-o", str(again), "--merge", str(out)).returncode == 0
+    assert read_hot_list(again) == hot  # a function traced and kept is listed once, where the trace put it
+    missing = run_module("code_trace", str(plan), "-o", str(again), "--merge", str(tmp_path / "none.txt"))
+    assert missing.returncode == 2 and "--merge" in missing.stderr
