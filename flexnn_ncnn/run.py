@@ -80,11 +80,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         atomic_write(args.output, lambda f: np.savez(f, **outputs))
     stats = session.stats()
     if args.json:
-        print(json.dumps({k: v for k, v in stats.items() if k not in ("load_wait_us", "latency_us")}
-                         | {"load_wait_median_us": statistics.median(stats["load_wait_us"])}))
+        print(json.dumps({k: v for k, v in stats.items() if k not in ("load_wait_us", "latency_us", "loader_cpu_us")}
+                         | {"load_wait_median_us": statistics.median(stats["load_wait_us"]),
+                            "loader_cpu_median_us": statistics.median(stats["loader_cpu_us"])}))
     else:
         print(f"{args.loops} inference(s): arena {format_size(stats['arena_bytes'])}, outside the arena "
-              f"{format_size(stats['outside_arena_bytes'])}, latency median {stats['latency_median_us'] / 1000:.2f} ms")
+              f"{format_size(stats['outside_arena_bytes'])}, latency median {stats['latency_median_us'] / 1000:.2f} ms, "
+              f"loading thread {statistics.median(stats['loader_cpu_us']) / 1000:.2f} ms CPU")
     return 0
 
 

@@ -84,6 +84,7 @@ class Session:
         self.inputs: list[str] = list(content.inputs)
         self.outputs: list[str] = list(content.schedule.outputs)
         self._load_waits_us: list[float] = []
+        self._loader_cpu_us: list[float] = []
         self._latencies_us: list[float] = []
         self._loaded_layers: list[int] = []  # per inference: layers the loading thread built
         self._built_layers: list[int] = []  # per inference: layers whose NCNN objects outlived it
@@ -152,6 +153,7 @@ class Session:
         except (RuntimeError, ValueError) as e:
             raise UserError(f"inference failed: {e}") from None
         self._load_waits_us.append(stats["load_wait_us"])
+        self._loader_cpu_us.append(stats["loader_cpu_us"])
         self._latencies_us.append(stats["latency_us"])
         self._loaded_layers.append(stats["loaded_layers"])
         self._built_layers.append(stats["built_layers"])
@@ -174,6 +176,8 @@ class Session:
             "peak_rss_over_idle_bytes": status_bytes("VmHWM") - self._idle_rss,
             "inferences": len(self._latencies_us),
             "load_wait_us": list(self._load_waits_us),
+            # the loading thread's CPU time per inference: what it takes from computing threads sharing its cores
+            "loader_cpu_us": list(self._loader_cpu_us),
             "latency_us": list(self._latencies_us),
             "loaded_layers": list(self._loaded_layers),
             "built_layers": list(self._built_layers),

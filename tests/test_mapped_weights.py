@@ -243,6 +243,9 @@ def test_the_pread_path_still_reads_into_the_arena_and_a_session_can_choose_eith
     assert mapped.stats()["mapped_weight_bytes"][-1] > 0
     direct = Session(path, direct_io=True)
     assert_close(direct.run({"data": w.x})["output"], ref)
+    for session in (read, mapped, direct):  # the loading thread's CPU time, within the run it lived in
+        stats = session.stats()
+        assert all(0 < cpu <= latency for cpu, latency in zip(stats["loader_cpu_us"], stats["latency_us"], strict=True))
 
 
 def test_mapping_is_refused_without_pretransformed_weights_with_o_direct_and_without_the_arena(tmp_path: Path) -> None:
@@ -274,6 +277,7 @@ def test_a_mapped_sidecar_runs_from_the_command_line_within_its_budget(tmp_path:
     stats = json.loads(got.stdout.strip().splitlines()[-1])
     assert stats["peak_rss_over_idle_bytes"] <= json.loads(plan.read_text())["plan"]["budget"]
     assert stats["mapped_weight_bytes"][0] > 0
+    assert stats["loader_cpu_median_us"] > 0
 
 
 @pytest.mark.parametrize("name", ["kernels", "residual"])
@@ -316,6 +320,8 @@ def test_the_benchmark_runs_mapped_weights_and_the_mmap_baseline_from_cold_stora
     records = {run["config"]: run["record"] for run in data["runs"]}
     assert records["flexnn-mapped@12MB"]["mapped_weight_bytes"][0] > 0  # the first run builds every layer
     assert records["flexnn@12MB"]["mapped_weight_bytes"] == [0, 0]
+    assert len(records["flexnn@12MB"]["loader_cpu_ms"]) == 2 and min(records["flexnn@12MB"]["loader_cpu_ms"]) > 0
+    assert by_name["flexnn-mapped@12MB"]["loader_cpu_median_ms"] > 0 and by_name["ncnn-default"]["loader_cpu_median_ms"] is None
     assert "cold storage" in (tmp_path / "RESULTS.md").read_text()
 
 

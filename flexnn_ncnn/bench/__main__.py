@@ -61,6 +61,7 @@ def _print_summaries(result: harness.BenchResult) -> None:
         ratio = f"{s.ratio_to_default:.3f}x" if s.ratio_to_default is not None else "-"
         print(f"  {label:24} {s.latency_median_ms:9.2f} ms ({ratio} NCNN-Default)  peak RSS over idle "
               f"{format_size(s.peak_over_idle_bytes or 0)}  max rel. error {s.max_rel_error:.1e}"
+              + ("" if s.loader_cpu_median_ms is None else f"  loading thread {s.loader_cpu_median_ms:.1f} ms CPU")
               + ("" if s.ok else f"  FAILED: {'; '.join(s.errors)}"))
     floor = harness.floor_summary(result.summaries)
     parts = [] if floor.activation_floor_bytes is None else [f"activation floor {format_size(floor.activation_floor_bytes)}"]

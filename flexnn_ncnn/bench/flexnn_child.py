@@ -183,6 +183,7 @@ def measure(description: dict[str, Any], mode: str, budget: int | str | None, th
               "counted_bytes": stats["counted_bytes"], "counted_limit_bytes": stats["counted_limit_bytes"],
               "arena_bytes": stats["arena_bytes"],
               "load_wait_ms": [us / 1e3 for us in stats["load_wait_us"][timed]],
+              "loader_cpu_ms": [us / 1e3 for us in stats["loader_cpu_us"][timed]],
               "arena_weight_bytes": stats["arena_weight_bytes"][timed], "mapped_weight_bytes": stats["mapped_weight_bytes"][timed],
               "budget": content.plan.budget, "plan_ms": plan_ms, "activation_floor_bytes": activation_floor(content.profile),
               "transformed_weight_bytes": transformed_bytes}

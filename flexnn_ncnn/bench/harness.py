@@ -89,6 +89,7 @@ class Summary:
     page_cache_peak_bytes: int | None = None         # memory (c): the weight file's resident pages
     counted_bytes: int | None = None                 # memory (a): the runtime's own count, if it reports one
     load_wait_median_ms: float | None = None
+    loader_cpu_median_ms: float | None = None        # the loading thread's CPU time per inference
     max_rel_error: float | None = None
     activation_floor_bytes: int | None = None        # of the profile the child ran (bench/floor.py), if it reports one
     infeasible: str = ""                             # the budget is below what this baseline accepts: nothing measured
@@ -361,6 +362,8 @@ def summarise(runs: list[ChildRun], configs: list[Configuration]) -> list[Summar
             s.counted_bytes = max(counted) if counted else None
             waits = [v for r in good for v in r.record.get("load_wait_ms", [])]
             s.load_wait_median_ms = statistics.median(waits) if waits else None
+            loader_cpu = [v for r in good for v in r.record.get("loader_cpu_ms", [])]
+            s.loader_cpu_median_ms = statistics.median(loader_cpu) if loader_cpu else None
             s.max_rel_error = max(r.max_rel_error for r in good)
             floors = [r.record["activation_floor_bytes"] for r in good if r.record.get("activation_floor_bytes") is not None]
             s.activation_floor_bytes = max(floors) if floors else None

@@ -7,7 +7,7 @@ inferences (a fresh extractor each, as benchncnn). Outputs go to an .npz the har
 
 The JSON line (the protocol every child follows, runtime children included; see docs/EVALUATION.md):
   config, latency_ms [N floats], load_ms, rss_idle_bytes, vm_hwm_bytes, hwm_reset, outputs_npz
-  and optionally counted_bytes (memory (a)), load_wait_ms [N floats], arena_bytes.
+  and optionally counted_bytes (memory (a)), load_wait_ms and loader_cpu_ms [N floats each], arena_bytes.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ RESULTS_SUFFIX = ".results.json"
 CSV_COLUMNS = ("config", "family", "budget", "ok", "runs", "latency_median_ms", "latency_p10_ms", "latency_p90_ms",
                "latency_min_ms", "latency_max_ms", "ratio_to_default", "load_ms", "peak_over_idle_bytes",
                "sampled_over_idle_bytes", "hwm_reset", "page_cache_peak_bytes", "counted_bytes", "load_wait_median_ms",
-               "max_rel_error", "activation_floor_bytes", "budget_over_floor", "infeasible")
+               "loader_cpu_median_ms", "max_rel_error", "activation_floor_bytes", "budget_over_floor", "infeasible")
 
 
 def machine_description() -> dict[str, str]:

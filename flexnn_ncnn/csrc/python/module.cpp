@@ -278,6 +278,7 @@ public:
         py::dict s;
         s["latency_us"] = stats.latency_us;
         s["load_wait_us"] = stats.load_wait_us;
+        s["loader_cpu_us"] = stats.loader_cpu_us;
         s["outside_peak_bytes"] = stats.outside_peak_bytes;
         s["outside_allocations"] = stats.outside_allocations;
         s["loaded_layers"] = stats.loaded_layers;

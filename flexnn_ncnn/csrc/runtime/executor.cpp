@@ -11,6 +11,7 @@
 #include <cpu.h>
 
 #include <sys/mman.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -372,6 +373,8 @@ void Executor::load_all()
     }
     if (failure_.failed())
         progress_.stop();
+    timespec cpu;
+    loader_cpu_us_ = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0 ? cpu.tv_sec * 1e6 + cpu.tv_nsec / 1e3 : 0;
 }
 
 void Executor::load_steps()
@@ -552,6 +555,7 @@ Status Executor::run_locked(const NamedMats& inputs, const OutputTaker& take, Ru
     progress_.reset();
     compute_clock_.reset();
     load_wait_us_ = 0;
+    loader_cpu_us_ = 0;
     loaded_layers_ = 0;
     mapped_weight_bytes_ = 0;
     mapped_.reset_peak();
@@ -622,6 +626,7 @@ Status Executor::run_locked(const NamedMats& inputs, const OutputTaker& take, Ru
     const AllocationCounts outside = outside_.counts();
     stats.latency_us = now_us() - started;
     stats.load_wait_us = load_wait_us_;
+    stats.loader_cpu_us = loader_cpu_us_;
     stats.outside_peak_bytes = outside.peak_bytes;
     stats.outside_allocations = outside.allocations;
     stats.loaded_layers = loaded_layers_;

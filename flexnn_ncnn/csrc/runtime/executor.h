@@ -33,6 +33,8 @@ struct RunStats
 {
     double latency_us = 0;
     double load_wait_us = 0;          // time computation waited for loading
+    double loader_cpu_us = 0;         // CPU time the loading thread used (user + system): taken from the
+                                      // computing threads' cores when it shares them
     uint64_t outside_peak_bytes = 0;  // most bytes held outside the arena at once during the run
     uint64_t outside_allocations = 0; // requests served outside the arena during the run
     int loaded_layers = 0;            // layers the loading thread built: the streamed ones, and the first
@@ -196,6 +198,7 @@ private:
     StepClock load_clock_;    // the loading thread's
     StepClock compute_clock_; // the computing thread's
     double load_wait_us_ = 0; // computing thread only
+    double loader_cpu_us_ = 0; // the loading thread's, written as it ends (read after the join)
     int loaded_layers_ = 0;   // loading thread only
     ArenaCanary canary_; // armed with options_.canaries and a static arena
     ArenaAllocator weights_;
