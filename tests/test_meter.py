@@ -88,6 +88,26 @@ def test_a_choice_whose_measurement_exceeds_its_limit_is_not_taken(analyses) -> 
     assert d.after == measure(c3, d.kernel, d.slice_width, d.tiles) and d.after.total <= limit
 
 
+def test_a_1x1_conv_whose_packed_input_only_tiles_cut_is_tiled() -> None:
+    """ShuffleNetV2's branch5_2_conv1 (116 -> 116, 1x1, 28x28): the estimate counts no intermediates, NCNN
+    packs the whole input (0.4 MB) untiled and one tile of it tiled. The whole option's measurement
+    (4x its estimate) says nothing of the tiled one's, which fits and is the one chosen."""
+    param = NcnnParam.parse("""7767517
+2 2
+Input            in     0 1 data 0=28 1=28 2=116
+Convolution      c      1 1 data out 0=116 1=1 5=1 6=13456 9=1
+""")
+    graph = Graph.build(param)
+    c = analyze(graph, infer_shapes(param, graph, {"data": BlobShape(3, 28, 28, 1, 116)}))[1]
+    meter = LayerMeter(RuntimeOptions(threads=2))
+    whole = meter.cost(c, "im2col_gemm", 116, 1)
+    assert whole.intermediates >= 116 * 28 * 28 * 4 > c.model.cost("im2col_gemm", 116, 1).intermediates
+    limit = whole.total // 2
+    d = decide(c, limit, HOST16, meter.cost)
+    assert d is not None and d.kernel == "im2col_gemm" and d.slice_width == 116 and d.tiles > 1
+    assert d.after == meter.cost(c, "im2col_gemm", 116, d.tiles) and d.after.total <= limit
+
+
 # an FC head a quarter million inputs wide: one 8-row slice is 8 MB of fp32 weights
 WIDE_FC = """7767517
 3 3

@@ -105,21 +105,25 @@ def smallest_working_set(a: LayerAnalysis, target: Target, measure: Measure | No
 class _Gate:
     """Which of a layer's options fit a limit. Without `measure`, by the estimate. With it, an option
     fits when its measurement does; it is measured when its estimate, scaled by what the first
-    measurement of the same kernel on this layer found (measured / estimated), fits: a choice rests on
-    measurements, and the estimate only orders and skips options, corrected by them."""
+    measurement of the same kernel and path on this layer found (measured / estimated), fits: a choice
+    rests on measurements, and the estimate only orders and skips options, corrected by them. The
+    tiled path (tiles > 1) is scaled apart from the whole one: what the estimate misses there is often
+    the very buffer tiles cut (a 1x1 convolution's packed input: estimated 0 B, measured a full input
+    whole and a tile's worth tiled), so the whole path's ratio would skip the option that fits."""
 
     def __init__(self, a: LayerAnalysis, limit: int, measure: Measure | None):
         self.a, self.limit, self.measure = a, limit, measure
-        self.scale: dict[str, float] = {}
+        self.scale: dict[tuple[str, bool], float] = {}
 
     def fits(self, kernel: str, width: int, tiles: int) -> Cost | None:
         estimate = self.a.model.cost(kernel, width, tiles)
         if self.measure is None:
             return estimate if estimate.total <= self.limit else None
-        if kernel in self.scale and estimate.total * self.scale[kernel] > self.limit:
+        path = (kernel, tiles > 1)
+        if path in self.scale and estimate.total * self.scale[path] > self.limit:
             return None
         measured = self.measure(self.a, kernel, width, tiles)
-        self.scale.setdefault(kernel, measured.total / max(estimate.total, 1))
+        self.scale.setdefault(path, measured.total / max(estimate.total, 1))
         if measured.total > self.limit:
             log.debug("%s %s x%d tiles %d: measured %s B > limit %s B (estimated %s B)", self.a.layer.name, kernel, width,
                       tiles, f"{measured.total:,}", f"{self.limit:,}", f"{estimate.total:,}")
