@@ -88,17 +88,22 @@ def test_a_choice_whose_measurement_exceeds_its_limit_is_not_taken(analyses) -> 
     assert d.after == measure(c3, d.kernel, d.slice_width, d.tiles) and d.after.total <= limit
 
 
+def one_conv(channels: int, side: int, params: str):
+    """The analysis of a Convolution with `params` reading `channels` x `side` x `side`."""
+    param = NcnnParam.parse(f"""7767517
+2 2
+Input            in     0 1 data 0={side} 1={side} 2={channels}
+Convolution      c      1 1 data out {params}
+""")
+    graph = Graph.build(param)
+    return analyze(graph, infer_shapes(param, graph, {"data": BlobShape(3, side, side, 1, channels)}))[1]
+
+
 def test_a_1x1_conv_whose_packed_input_only_tiles_cut_is_tiled() -> None:
     """ShuffleNetV2's branch5_2_conv1 (116 -> 116, 1x1, 28x28): the estimate counts no intermediates, NCNN
     packs the whole input (0.4 MB) untiled and one tile of it tiled. The whole option's measurement
     (4x its estimate) says nothing of the tiled one's, which fits and is the one chosen."""
-    param = NcnnParam.parse("""7767517
-2 2
-Input            in     0 1 data 0=28 1=28 2=116
-Convolution      c      1 1 data out 0=116 1=1 5=1 6=13456 9=1
-""")
-    graph = Graph.build(param)
-    c = analyze(graph, infer_shapes(param, graph, {"data": BlobShape(3, 28, 28, 1, 116)}))[1]
+    c = one_conv(116, 28, "0=116 1=1 5=1 6=13456 9=1")
     meter = LayerMeter(RuntimeOptions(threads=2))
     whole = meter.cost(c, "im2col_gemm", 116, 1)
     assert whole.intermediates >= 116 * 28 * 28 * 4 > c.model.cost("im2col_gemm", 116, 1).intermediates
@@ -143,13 +148,7 @@ def test_a_wide_conv_no_whole_kernel_fits_is_cut_both_ways() -> None:
     any width, its raw weights (9.4 MB) exceed the limit, and a direct kernel's choice NCNN does not
     honour (it runs Winograd). im2col+GEMM cut by output channels and by input tiles is what fits, by
     its measurement."""
-    param = NcnnParam.parse("""7767517
-2 2
-Input            in     0 1 data 0=28 1=28 2=512
-Convolution      c      1 1 data out 0=512 1=3 4=1 5=1 6=2359296
-""")
-    graph = Graph.build(param)
-    c = analyze(graph, infer_shapes(param, graph, {"data": BlobShape(3, 28, 28, 1, 512)}))[1]
+    c = one_conv(512, 28, "0=512 1=3 4=1 5=1 6=2359296")
     limit = 8_000_000
     meter = LayerMeter(RuntimeOptions(threads=2))
     d = decide(c, limit, HOST16, meter.cost)
