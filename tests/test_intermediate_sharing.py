@@ -67,9 +67,13 @@ def test_a_grouped_layers_per_group_buffers_share_bytes_and_outputs_equal_stock(
     placed = [plan.tensors[i] for i in _intermediates(profile, step)]
     extent = max(p.offset + t.size for p, t in zip(placed, scratch)) - min(p.offset for p in placed)
     assert extent < sum(t.size for t in scratch) / 2
-    # as if every buffer were held to the layer's end: the smallest arena grows by what sharing saved
-    held = planning.Profile(tuple(dataclasses.replace(t, released_before=-1) for t in profile.tensors), profile.layers)
-    assert planning.min_feasible_budget(held) > planning.min_feasible_budget(profile) + sum(t.size for t in scratch) / 3
+    # as if every buffer were held to the layer's end: the smallest arena up to this step (the padded
+    # conv after it may need as much: on AVX-512 its buffers do) grows by what sharing saved
+    def upto(tensors) -> planning.Profile:
+        return planning.Profile(tuple(t for t in tensors if t.first_use <= step), profile.layers)
+
+    held = upto(dataclasses.replace(t, released_before=-1) for t in profile.tensors)
+    assert planning.min_feasible_budget(held) > planning.min_feasible_budget(upto(profile.tensors)) + sum(t.size for t in scratch) / 3
     session = Session(path, canaries=True)
     for seed in range(1, 5):  # prepare fed its own input
         x = np.random.default_rng(seed).standard_normal(SHAPE[1:]).astype(np.float32)
