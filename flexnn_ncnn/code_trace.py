@@ -127,7 +127,7 @@ def hot_list(runs: Sequence[list[link_map.InputSection]]) -> list[archive_layout
 
 def merged(traced: Sequence[archive_layout.HotEntry], earlier: Sequence[archive_layout.HotEntry]) -> list[archive_layout.HotEntry]:
     """`traced`, then the entries of `earlier` it lacks, in their order: a list measured on one instruction
-    set keeps the functions another's compiler cloned under other names (`.constprop.1` for `.constprop.0`)."""
+    set keeps the functions another's object cloned and named apart (`gemm_transB_packed_tile.constprop.1.isra.0`)."""
     seen = set(traced)
     return [*traced, *(e for e in earlier if e not in seen)]
 

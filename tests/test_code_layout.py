@@ -97,7 +97,7 @@ def test_code_trace_writes_a_hot_list_read_back_in_rank_order(tmp_path: Path) ->
 def test_code_trace_merges_an_earlier_list_after_what_it_traced(tmp_path: Path) -> None:
     plan = _residual_plan(tmp_path)
     out = tmp_path / "hot.txt"
-    # another instruction set's clone, and a function this plan also runs
+    # two clones another instruction set's object runs and this plan does not
     earlier = [(f"convolution_x86{ISA}.cpp.o", ".text._ZN4ncnnL17only_elsewhere.constprop.1"),
                (f"convolution_x86{ISA}.cpp.o", ".text._ZN4ncnnL17only_elsewhere.constprop.0")]
     out.write_text("# measured elsewhere\n" + "".join(f"{m}\t{s}\n" for m, s in earlier))
