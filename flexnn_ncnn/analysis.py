@@ -548,10 +548,12 @@ def analyze_layer(index: int, layer: Layer, live_bytes: int, in_shape: BlobShape
     return LayerAnalysis(index, layer, live_bytes, weights, model, in_shape)
 
 
-def live_bytes(graph: Graph, shapes: dict[str, BlobShape]) -> list[int]:
+def live_bytes(graph: Graph, shapes: dict[str, BlobShape], caller_inputs: bool = True) -> list[int]:
     """Per layer of `graph.order`, the bytes of the blobs resident while it runs: produced at or before it and
     still needed at or after it (outputs stay to the end). A Split's outputs share its input's storage
-    (NCNN hands each consumer a reference), which lives until the last of them is read."""
+    (NCNN hands each consumer a reference), which lives until the last of them is read. With
+    `caller_inputs` (the graph is the model run, not a piece of it), an input the runtime reads where the
+    caller's array lies (BlobShape.read_in_place) is no resident blob of its own."""
     storage: dict[str, str] = {}  # blob -> the blob whose storage it is
     for layer in graph.order:
         for top in layer.tops:
@@ -562,7 +564,7 @@ def live_bytes(graph: Graph, shapes: dict[str, BlobShape]) -> list[int]:
         ends[root] = max(ends.get(root, 0), last)
     delta = [0] * (len(graph.order) + 1)
     for root, last in ends.items():
-        if root in shapes:
+        if root in shapes and not (caller_inputs and root in graph.inputs and shapes[root].read_in_place):
             delta[graph.producer[root]] += shapes[root].nbytes
             delta[min(last + 1, len(graph.order))] -= shapes[root].nbytes
     live, out = 0, []
@@ -572,8 +574,8 @@ def live_bytes(graph: Graph, shapes: dict[str, BlobShape]) -> list[int]:
     return out
 
 
-def analyze(graph: Graph, shapes: dict[str, BlobShape]) -> list[LayerAnalysis]:
-    """One entry per layer, in `graph.order`."""
+def analyze(graph: Graph, shapes: dict[str, BlobShape], caller_inputs: bool = True) -> list[LayerAnalysis]:
+    """One entry per layer, in `graph.order` (`caller_inputs`: as live_bytes)."""
     return [analyze_layer(i, layer, live, shapes.get(layer.bottoms[0]) if layer.bottoms else None,
                           shapes.get(layer.tops[0]) if layer.tops else None)
-            for i, (layer, live) in enumerate(zip(graph.order, live_bytes(graph, shapes)))]
+            for i, (layer, live) in enumerate(zip(graph.order, live_bytes(graph, shapes, caller_inputs)))]

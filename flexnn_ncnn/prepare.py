@@ -164,7 +164,8 @@ def _prepared(module: Any, param: Path, bin_path: Path, graph: Graph, shapes: di
     if outside:
         log.info("prepare: %s were requested from OpenMP workers: every plan leaves room for them beside the arena",
                  format_size(outside))
-    schedule = {**prepared["schedule"], "ranges": [list(r) for r in prepared["schedule"]["ranges"]]}  # JSON's form
+    schedule = {**prepared["schedule"], "ranges": [list(r) for r in prepared["schedule"]["ranges"]],  # JSON's form
+                "input_uses": [list(u) for u in prepared["schedule"]["input_uses"]]}
     if list(schedule["inputs"]) != list(graph.inputs):
         raise UserError(f"prepare {param}: the runtime feeds inputs {schedule['inputs']}, the graph declares {graph.inputs}")
     try:

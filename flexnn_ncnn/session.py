@@ -147,7 +147,10 @@ class Session:
         """One inference: {input blob: float32 array of the plan's shape} -> {output blob: float32 array}
         (NCNN's shapes); inputs are checked first (check_inputs)."""
         self.check_inputs(inputs)
+        # an input NCNN reads in place needs its channels 16-byte aligned (read_only_input.h): numpy's own
+        # arrays are; a view at another offset is copied first
         arrays = {name: np.ascontiguousarray(value) for name, value in inputs.items()}
+        arrays = {name: a if a.ctypes.data % 16 == 0 else a.copy() for name, a in arrays.items()}
         try:
             outputs, stats = self._executor.run(arrays)
         except (RuntimeError, ValueError) as e:

@@ -29,10 +29,11 @@ from .jsonfields import field as _field
 from .planning import ROLES, TENSOR_COLUMN, Plan, Profile, Rows
 
 SCHEMA = "flexnn-plan"
-SCHEMA_VERSION = 8  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
+SCHEMA_VERSION = 9  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
 # 5: uncounted_rss_bytes; 6: build.runtime_version, target.cpu_features, sampled .bin/.transformed digests;
 # 7: the profile's and plans' tables as columns, no copy of the slicer's decisions (a Session holds less);
-# 8: profile.tensors.released_before (intermediates of one layer share bytes)
+# 8: profile.tensors.released_before (intermediates of one layer share bytes); 9: schedule.input_uses
+# (inputs NCNN reads in place, without a copy in the arena)
 SUFFIX = ".flexnn.plan.json"
 
 
@@ -101,6 +102,9 @@ class Schedule:
     order: Sequence[int]  # the layer index computed at step s is order[s - 1] (NCNN's own execution order)
     ranges: Sequence[tuple[int, int]]  # per layer index: its [begin, end) bytes in the .bin
     flags: Sequence[int]  # per layer index: NCNN's layer flags after create_pipeline (packing, fp16, inplace)
+    # per input, in feeding order: (bytes NCNN reads, last step it holds them) when it reads the caller's
+    # array in place, (0, -1) when the input is copied into the arena (a step-0 tensor of the profile)
+    input_uses: tuple[tuple[int, int], ...]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "order", _rows(self.order, planning.int_rows))
@@ -110,11 +114,12 @@ class Schedule:
     def executor_columns(self) -> dict[str, Any]:
         """As the native Executor takes it: the tables themselves."""
         return {"outputs": list(self.outputs), "order": self.order.table[:, 0], "ranges": self.ranges.table,
-                "flags": self.flags.table[:, 0]}
+                "flags": self.flags.table[:, 0], "input_uses": [list(u) for u in self.input_uses]}
 
     def to_dict(self) -> dict[str, Any]:
         return {"outputs": list(self.outputs), "order": self.order.table[:, 0].tolist(),
-                "ranges": self.ranges.table.tolist(), "flags": self.flags.table[:, 0].tolist()}
+                "ranges": self.ranges.table.tolist(), "flags": self.flags.table[:, 0].tolist(),
+                "input_uses": [list(u) for u in self.input_uses]}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any], where: str = "schedule") -> "Schedule":
@@ -131,7 +136,13 @@ class Schedule:
         order = _int_list(_field(d, "order", list, where), f"{where}.order")
         if any(i >= len(ranges) for i in order):
             raise UserError(f"{where}.order names a layer index beyond the {len(ranges)} layers")
-        return Schedule(tuple(outputs), order, ranges, flags)
+        uses = _field(d, "input_uses", list, where)
+        for i, u in enumerate(uses):
+            if not (isinstance(u, list) and len(u) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in u)
+                    and (u == [0, -1] or (u[0] > 0 and 0 <= u[1] <= len(order) + 1))):
+                raise UserError(f"{where}.input_uses[{i}] must be [bytes, last step] of an input read in place, "
+                                "or [0, -1] for one copied into the arena")
+        return Schedule(tuple(outputs), order, ranges, flags, tuple((b, s) for b, s in uses))
 
 
 def _rows(values: Sequence[Any], make: Callable[[Sequence[Any], str], Rows]) -> Rows:
@@ -238,10 +249,18 @@ class Sidecar:
         column = TENSOR_COLUMN
         inputs = tensors[(tensors[:, column["layer"]] == 0) & (tensors[:, column["role"]] == ROLES.index("activation"))]
         copies = dict(zip(inputs[:, column["ordinal"]].tolist(), inputs[:, column["size"]].tolist()))
+        if len(self.schedule.input_uses) != len(self.inputs):
+            raise UserError(f"schedule.input_uses has {len(self.schedule.input_uses)} entries for {len(self.inputs)} inputs")
         for k, (name, shape) in enumerate(self.inputs.items()):
+            floats = 4 * math.prod(shape)
+            read, _ = self.schedule.input_uses[k]
+            if read:  # read in place: its floats exactly, and no copy
+                if read != floats or k in copies:
+                    raise UserError(f"inputs.{name} {shape} takes {floats} B of floats, the schedule reads {read} B of input "
+                                    f"{k} in place{' beside a copy' if k in copies else ''}: they belong to different models")
+                continue
             # the input's copy into the arena: its floats, each channel (the last of w, h, (d,) c) rounded
             # up to 16 B, and NCNN's refcount
-            floats = 4 * math.prod(shape)
             channels = shape[-1] if len(shape) >= 3 else 1
             if not floats <= copies.get(k, 0) <= floats + 16 * channels + 8:
                 raise UserError(f"inputs.{name} {shape} takes {floats} B of floats, the profile's copy of input {k} "

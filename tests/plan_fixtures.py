@@ -53,7 +53,8 @@ def chain_sidecar(budget: int = 64_000):
         target=sidecar.Target("x86_64", "avx,fma,f16c,avx2", 1 << 20, 2, True, True, True, False),
         inputs={"data": [16, 8, 4]},  # w, h, c: the 2048 B of chain_profile()'s input copy
         # model layer 0 is Input; layers 1-4 compute at steps 1-4 (steps 0 and 5: inputs in, outputs out)
-        schedule=sidecar.Schedule(("output",), (1, 2, 3, 4), ((0, 0),) + tuple((4096 * i, 4096 * (i + 1)) for i in range(4)), (0,) * 5),
+        schedule=sidecar.Schedule(("output",), (1, 2, 3, 4), ((0, 0),) + tuple((4096 * i, 4096 * (i + 1)) for i in range(4)), (0,) * 5,
+                                  ((0, -1),)),  # the input copied into the arena
         profile=profile,
         plan=planning.make_plan(profile, budget),
     )

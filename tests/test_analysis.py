@@ -148,11 +148,14 @@ Concat           cat    2 1 s d2 out 0=0
 """)
     graph = Graph.build(param)
     shapes = infer_shapes(param, graph, {"data": BlobShape(3, 20, 12, 1, 24)})
-    by_name = {a.layer.name: a for a in analyze(graph, shapes)}
+    by_name = {a.layer.name: a for a in analyze(graph, shapes, caller_inputs=False)}  # `data` made inside
     data, small = shapes["data"].nbytes, shapes["a"].nbytes
     assert by_name["sp"].live_bytes == data
     assert by_name["add"].live_bytes == data + 3 * small
     assert by_name["cat"].live_bytes == data + small + shapes["out"].nbytes
+    # as the model run, `data` is the caller's array, which the runtime reads in place: none of it resident
+    assert shapes["data"].read_in_place
+    assert {a.layer.name: a.live_bytes for a in analyze(graph, shapes)}["add"] == 3 * small
 
 
 def _one_layer_scratch(text: str, shape: BlobShape, kernel: str, tmp_path, fp16: bool = True) -> tuple[int, int]:

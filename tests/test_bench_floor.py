@@ -27,6 +27,18 @@ def test_the_floor_is_the_largest_sum_of_activations_alive_at_one_step() -> None
     assert activation_floor(profile) == 450
 
 
+def test_an_input_read_in_place_counts_over_the_steps_ncnn_holds_it() -> None:
+    # the caller's array holds no arena bytes (no step-0 tensor), yet it is an activation of the model
+    profile = Profile((
+        _tensor(1, "activation", 200, 2),        # b: steps [1, 3)
+        _tensor(2, "activation", 300, 3),        # c: steps [2, 4)
+    ), tuple(LayerCost(1.0, 1.0) for _ in range(5)))
+    assert activation_floor(profile) == 500
+    assert activation_floor(profile, ((1000, 1),)) == 1200  # input + b at step 1; gone by step 2
+    assert activation_floor(profile, ((1000, 2),)) == 1500  # held through step 2: input + b + c
+    assert activation_floor(profile, ((0, -1),)) == 500  # copied into the arena: the profile's own tensor
+
+
 def test_a_profile_without_activations_has_no_floor() -> None:
     profile = Profile((_tensor(1, "weight", 64, 1),), (LayerCost(0.0, 0.0),) * 3)
     assert activation_floor(profile) == 0

@@ -185,7 +185,7 @@ def measure(description: dict[str, Any], mode: str, budget: int | str | None, th
               "load_wait_ms": [us / 1e3 for us in stats["load_wait_us"][timed]],
               "loader_cpu_ms": [us / 1e3 for us in stats["loader_cpu_us"][timed]],
               "arena_weight_bytes": stats["arena_weight_bytes"][timed], "mapped_weight_bytes": stats["mapped_weight_bytes"][timed],
-              "budget": content.plan.budget, "plan_ms": plan_ms, "activation_floor_bytes": activation_floor(content.profile),
+              "budget": content.plan.budget, "plan_ms": plan_ms, "activation_floor_bytes": activation_floor(content.profile, content.schedule.input_uses),
               "transformed_weight_bytes": transformed_bytes}
     if min_search is not None:
         record["min_search"] = min_search

@@ -11,15 +11,18 @@ lifetimes [first_use, last_use + 1).
 from __future__ import annotations
 
 from itertools import accumulate
+from typing import Sequence
 
 from ..planning import Profile
 
 
-def activation_floor(profile: Profile) -> int:
-    """max over steps of the summed size of the activations alive at that step (0 without activations)."""
+def activation_floor(profile: Profile, input_uses: Sequence[tuple[int, int]] = ()) -> int:
+    """max over steps of the summed size of the activations alive at that step (0 without activations),
+    the inputs NCNN reads in place (the schedule's input_uses: bytes, last step held) among them: the
+    caller's arrays are activations of the model, wherever they lie."""
     delta = [0] * (len(profile.layers) + 1)  # +size where a lifetime begins, -size where it ends
-    for t in profile.tensors:
-        if t.role == "activation":
-            delta[t.first_use] += t.size
-            delta[t.last_use + 1] -= t.size
+    lifetimes = [(t.size, t.first_use, t.last_use) for t in profile.tensors if t.role == "activation"]
+    for size, first, last in lifetimes + [(size, 0, last) for size, last in input_uses if size]:
+        delta[first] += size
+        delta[last + 1] -= size
     return max(accumulate(delta), default=0)

@@ -47,6 +47,13 @@ class BlobShape:
         return self.w * self.h * self.d * self.c
 
     @property
+    def read_in_place(self) -> bool:
+        """Whether the runtime reads a model input of this shape where the caller's array lies, without
+        a copy in the arena: fp32 of 3 or 4 dims whose channel planes are whole multiples of 16 bytes
+        (csrc/runtime/read_only_input.h; prepare records what it did, schedule.input_uses)."""
+        return self.dims >= 3 and self.element_bytes == 4 and self.w * self.h * self.d * 4 % 16 == 0
+
+    @property
     def nbytes(self) -> int:
         # Mat::create: each channel's w*h*d elements padded to 16 bytes (cstep)
         return self.c * ((self.w * self.h * self.d * self.element_bytes + 15) // 16 * 16)

@@ -574,15 +574,15 @@ def _tile_need(block_layers: list[Layer], shapes: dict[str, BlobShape], source: 
     tile = NcnnParam([Layer("Input", "in", [], [source])] + layers[1:])  # the source crop is the tile's input
     tile_shapes = {**layer_shapes, source: entry}
     tile_graph = Graph.build(tile)
-    return held + max([entry.nbytes] + [a.live_bytes + smallest_working_set(a, target)
-                                        for a in analyze(tile_graph, tile_shapes)[1:]])
+    return held + max([entry.nbytes] + [a.live_bytes + smallest_working_set(a, target)  # the crop is in the arena
+                                        for a in analyze(tile_graph, tile_shapes, caller_inputs=False)[1:]])
 
 
-def _block_need(block_layers: list[Layer], shapes: dict[str, BlobShape], block: Block,
+def _block_need(block_layers: list[Layer], shapes: dict[str, BlobShape], block: Block, source_bytes: int,
                 rows: int, cols: int, target: Target) -> tuple[int, int] | None:
-    """The most bytes any step of the tiled block needs (the source and the block's `beside` bytes are
-    all that is live from outside it) and the MACs its tiles run; None when the MACs exceed MAX_RECOMPUTE
-    times the untiled block's. The steps: the Split, per tile its layers, per row the Concat along w, then
+    """The most bytes any step of the tiled block needs (the source's `source_bytes`, 0 when it is a
+    model input read in place, and the block's `beside` bytes are all that is live from outside it) and
+    the MACs its tiles run; None when the MACs exceed MAX_RECOMPUTE times the untiled block's. The steps: the Split, per tile its layers, per row the Concat along w, then
     the Concat along h."""
     source, sink = block.source, block.sink
     out_shape = shapes[sink]
@@ -594,17 +594,17 @@ def _block_need(block_layers: list[Layer], shapes: dict[str, BlobShape], block: 
     for row in geometries:
         done_tiles = 0
         for g in row:
-            held = shapes[source].nbytes + block.beside + done_rows + done_tiles
+            held = source_bytes + block.beside + done_rows + done_tiles
             need = max(need, _tile_need(block_layers, shapes, source, g, held, target))
             done_tiles += _shape(out_shape.c, g.regions[sink]).nbytes
         if cols > 1:
             region = row[0].regions[sink]
             row_bytes = _shape(out_shape.c, Region(region.top, region.bottom, 0, out_shape.w)).nbytes
-            need = max(need, shapes[source].nbytes + block.beside + done_rows + done_tiles + row_bytes)
+            need = max(need, source_bytes + block.beside + done_rows + done_tiles + row_bytes)
             done_tiles = row_bytes
         done_rows += done_tiles
     if rows > 1:
-        kept = shapes[source].nbytes if block.keeps_source else 0
+        kept = source_bytes if block.keeps_source else 0
         need = max(need, block.beside + kept + done_rows + out_shape.nbytes)
     return need, macs
 
@@ -637,11 +637,13 @@ def options(graph: Graph, shapes: dict[str, BlobShape], analyses: list[LayerAnal
         layers = _block_layers(graph, block)
         outside = max((n for i, n in enumerate(needs) if not block.first < i <= block.last), default=0)
         out = shapes[block.sink]
+        source = shapes[block.source]
+        source_bytes = 0 if block.source in graph.inputs and source.read_in_place else source.nbytes
         untiled = _macs(layers, shapes)
         for grid in GRIDS:
             if grid > min(out.h, out.w):
                 break
-            found_need = _block_need(layers, shapes, block, grid, grid, target)
+            found_need = _block_need(layers, shapes, block, source_bytes, grid, grid, target)
             if found_need is None:
                 break  # finer grids recompute more
             need, macs = found_need

@@ -176,6 +176,10 @@ py::dict schedule_dict(const flexnn::LayerSchedule& s)
         ranges.emplace_back(r.begin, r.end);
     py::dict d;
     d["inputs"] = s.inputs;
+    std::vector<std::pair<uint64_t, int> > input_uses;
+    for (const auto& use : s.input_uses)
+        input_uses.emplace_back(use.bytes, use.last_use);
+    d["input_uses"] = input_uses;
     d["outputs"] = s.outputs;
     d["order"] = s.order;
     d["ranges"] = ranges;
@@ -187,6 +191,8 @@ flexnn::LayerSchedule schedule_from(const py::dict& d)
 {
     flexnn::LayerSchedule s;
     s.inputs = d["inputs"].cast<std::vector<std::string> >();
+    for (const auto& use : d["input_uses"].cast<std::vector<std::pair<uint64_t, int> > >())
+        s.input_uses.push_back({use.first, use.second});
     s.outputs = d["outputs"].cast<std::vector<std::string> >();
     s.order = d["order"].cast<std::vector<int> >();
     for (const auto& r : d["ranges"].cast<std::vector<std::pair<uint64_t, uint64_t> > >())
@@ -247,7 +253,7 @@ public:
     }
     py::tuple run(const py::dict& inputs)
     {
-        // views of the arrays, not copies: the executor copies each input once, into the arena
+        // views of the arrays, not copies: the executor reads each in place or copies it once, into the arena
         std::vector<FloatArray> held;
         flexnn::NamedMats mats;
         for (const std::string& name : executor_->schedule().inputs)

@@ -3,6 +3,7 @@
 #include "planner/check_plan.h"
 #include "planner/record_pages.h"
 #include "runtime/cpu_clusters.h"
+#include "runtime/read_only_input.h"
 #include "runtime/request_probe.h"
 #include "runtime/thread_allocator_scope.h"
 #include "runtime/weight_reader.h"
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <thread>
 
 namespace flexnn {
@@ -123,7 +125,9 @@ Status Executor::create(const std::string& param_path, const std::string& bin_pa
             planned->set_flags(e->schedule_.flags[layer]);
     e->step_name_ = [raw = e.get()](int step) { return raw->schedule_.step_name(step, *raw->model_); };
     e->input_bytes_.assign(e->schedule_.inputs.size(), 0);
-    for (const TensorUse& t : e->profile_.tensors)
+    for (size_t k = 0; k < e->input_bytes_.size(); k++)
+        e->input_bytes_[k] = e->schedule_.input_uses[k].bytes;
+    for (const TensorUse& t : e->profile_.tensors) // the copies into the arena: step 0's, in input order
         if (t.layer == 0 && t.role == Role::Activation && t.ordinal < (int)e->input_bytes_.size())
             e->input_bytes_[t.ordinal] = t.size;
     e->load_opt_ = e->model_->options();
@@ -540,14 +544,23 @@ Status Executor::run_locked(const NamedMats& inputs, const OutputTaker& take, Ru
         if (inputs[k].first != schedule_.inputs[k])
             return Status::error("input " + std::to_string(k) + " is '" + inputs[k].first + "', the model was prepared with '"
                                  + schedule_.inputs[k] + "'");
-        // an input of another size would have NCNN's layers read past it, inside the arena
-        RequestProbe probe;
-        inputs[k].second.clone(&probe);
-        if (probe.requested != input_bytes_[k])
-            return Status::error("input '" + inputs[k].first + "' (w=" + std::to_string(inputs[k].second.w) + " h="
-                                 + std::to_string(inputs[k].second.h) + " c=" + std::to_string(inputs[k].second.c)
-                                 + ") takes " + std::to_string(probe.requested) + " B, the model was prepared with "
-                                 + std::to_string(input_bytes_[k]) + " B: prepare it for this shape");
+        // an input of another size would have NCNN's layers read past it, inside the arena, or
+        // request other buffers than the plan holds
+        const ncnn::Mat& m = inputs[k].second;
+        uint64_t bytes = (uint64_t)m.total() * m.elemsize;
+        if (!schedule_.input_uses[k].in_place())
+        {
+            RequestProbe probe;
+            m.clone(&probe);
+            bytes = probe.requested;
+        }
+        if (bytes != input_bytes_[k])
+            return Status::error("input '" + inputs[k].first + "' (w=" + std::to_string(m.w) + " h=" + std::to_string(m.h)
+                                 + " c=" + std::to_string(m.c) + ") takes " + std::to_string(bytes)
+                                 + " B, the model was prepared with " + std::to_string(input_bytes_[k]) + " B: prepare it for this shape");
+        if (schedule_.input_uses[k].in_place() && !reads_in_place(m))
+            return Status::error("input '" + inputs[k].first + "' is read where it lies, as prepare read it: it must be unpacked "
+                                 "fp32 whose channels start 16-byte aligned");
     }
 
     const double started = now_us();
@@ -573,6 +586,7 @@ Status Executor::run_locked(const NamedMats& inputs, const OutputTaker& take, Ru
     workspace_.begin_inference(std::this_thread::get_id());
     LoadingThread loader(*this);
 
+    std::vector<std::unique_ptr<ReadOnlyInput> > in_place; // outlive the extractor holding their headers
     std::vector<ncnn::Mat> features;
     ncnn::Extractor ex = model_->net().create_extractor();
     ex.set_blob_allocator(&blobs_);
@@ -580,8 +594,15 @@ Status Executor::run_locked(const NamedMats& inputs, const OutputTaker& take, Ru
     {
         ThreadAllocatorScope scope(&blobs_);
         compute_clock_.begin(0);
-        for (const auto& input : inputs)
+        for (size_t k = 0; k < inputs.size(); k++)
         {
+            const auto& input = inputs[k];
+            if (schedule_.input_uses[k].in_place())
+            {
+                in_place.push_back(std::make_unique<ReadOnlyInput>(input.second));
+                ex.input(input.first.c_str(), in_place.back()->mat());
+                continue;
+            }
             ncnn::Mat in_arena = input.second.clone(&blobs_);
             if (in_arena.empty())
                 failure_.set("cannot copy input '" + input.first + "' into the arena");

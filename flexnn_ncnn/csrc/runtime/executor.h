@@ -171,7 +171,7 @@ private:
     const Profile profile_;
     Plan plan_;
     StepNamer step_name_; // "step 3 (layer conv1)", for messages
-    std::vector<uint64_t> input_bytes_; // per input: the bytes its copy into the arena was planned with
+    std::vector<uint64_t> input_bytes_; // per input: the bytes NCNN reads in place, or its copy into the arena was planned with
     bool has_plan_ = false;
     std::vector<bool> resident_;    // per step: built once per plan, by the first run's loading thread
     std::vector<bool> built_;       // per step: resident and built (loading thread during a run)

@@ -27,6 +27,12 @@ Status LayerSchedule::validate(const Model& model) const
     }
     if (inputs.empty() || outputs.empty())
         return Status::error("schedule: no input or no output blob");
+    if (input_uses.size() != inputs.size())
+        return Status::error("schedule: " + std::to_string(input_uses.size()) + " input uses for " + std::to_string(inputs.size()) + " inputs");
+    for (const InputUse& use : input_uses)
+        if (use.last_use > output_step() || (use.in_place() != (use.bytes > 0)))
+            return Status::error("schedule: an input read in place until step " + std::to_string(use.last_use) + " of "
+                                 + std::to_string(output_step()) + " with " + std::to_string(use.bytes) + " B");
     for (const ByteRange& r : ranges)
         if (r.end < r.begin)
             return Status::error("schedule: a layer's byte range ends before it begins");

@@ -11,12 +11,26 @@
 
 namespace flexnn {
 
-// What prepare learns about a model's layers that the plan's time axis is built on. Steps: 0 copies
-// the inputs into the arena, 1..L compute order[0..L-1] (NCNN's depth-first order from the outputs),
-// L+1 copies the outputs out.
+// How an input reaches NCNN: read in place from the caller's buffer (read_only_input.h), NCNN holding
+// it from step 0 through last_use, or copied into the arena at step 0 (a tensor of the profile).
+struct InputUse
+{
+    uint64_t bytes = 0; // read in place: the bytes NCNN reads (0 when copied)
+    int last_use = -1;  // read in place: the last step NCNN holds it (-1 when copied)
+
+    bool in_place() const
+    {
+        return last_use >= 0;
+    }
+};
+
+// What prepare learns about a model's layers that the plan's time axis is built on. Steps: 0 feeds
+// the inputs (copying those not read in place into the arena), 1..L compute order[0..L-1] (NCNN's
+// depth-first order from the outputs), L+1 copies the outputs out.
 struct LayerSchedule
 {
     std::vector<std::string> inputs;  // blob names, fed in this order
+    std::vector<InputUse> input_uses; // per input
     std::vector<std::string> outputs; // blob names, extracted in this order
     std::vector<int> order;           // layer index computed at step s is order[s - 1]
     std::vector<ByteRange> ranges;    // per layer index: its bytes in the .bin (empty when it has none)

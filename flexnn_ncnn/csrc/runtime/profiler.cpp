@@ -1,6 +1,7 @@
 #include "runtime/profiler.h"
 
 #include "runtime/model.h"
+#include "runtime/read_only_input.h"
 #include "runtime/recording_allocator.h"
 #include "runtime/thread_allocator_scope.h"
 #include "runtime/transformed_weights.h"
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 
 namespace flexnn {
 
@@ -32,6 +34,10 @@ public:
     {
         order.push_back(layer_index);
         clock_.begin((int)order.size());
+        // NCNN drops a blob right after its last consumer computed: held here, held by this step
+        for (size_t k = 0; k < in_place.size(); k++)
+            if (in_place[k] && in_place[k]->held())
+                last_held[k] = (int)order.size();
         started_us_ = now_us();
         return 0;
     }
@@ -44,6 +50,9 @@ public:
 
     std::vector<int> order;
     std::vector<double> compute_us; // parallel to order
+    // per input: its in-place reader (null: copied into the arena), and the last step it was held at
+    std::vector<ReadOnlyInput*> in_place;
+    std::vector<int> last_held;
 
 private:
     StepClock& clock_;
@@ -271,6 +280,7 @@ Status prepare_recorded(const std::string& param_path, const std::string& bin_pa
 
     // one sequential inference
     clock.reset();
+    std::vector<std::unique_ptr<ReadOnlyInput> > in_place; // outlive the extractor holding their headers
     std::vector<ncnn::Mat> features;
     double input_us = 0, output_us = 0;
     {
@@ -284,9 +294,20 @@ Status prepare_recorded(const std::string& param_path, const std::string& bin_pa
             for (const auto& input : inputs)
             {
                 schedule.inputs.push_back(input.first);
-                ncnn::Mat in_arena = input.second.clone(&blobs);
-                ex.input(input.first.c_str(), in_arena);
+                if (reads_in_place(input.second))
+                {
+                    in_place.push_back(std::make_unique<ReadOnlyInput>(input.second));
+                    hooks.in_place.push_back(in_place.back().get());
+                    ex.input(input.first.c_str(), in_place.back()->mat());
+                }
+                else
+                {
+                    hooks.in_place.push_back(nullptr);
+                    ncnn::Mat in_arena = input.second.clone(&blobs);
+                    ex.input(input.first.c_str(), in_arena);
+                }
             }
+            hooks.last_held.assign(inputs.size(), 0);
             input_us = now_us() - t0;
             clock.end();
             for (const std::string& name : output_names)
@@ -299,6 +320,9 @@ Status prepare_recorded(const std::string& param_path, const std::string& bin_pa
             }
         }
         clock.begin((int)hooks.order.size() + 1);
+        for (size_t k = 0; k < inputs.size(); k++) // an output that is the input itself holds it to the end
+            if (hooks.in_place[k] && hooks.in_place[k]->held())
+                hooks.last_held[k] = (int)hooks.order.size() + 1;
         double t0 = now_us();
         result.outputs.clear();
         for (size_t k = 0; k < features.size(); k++)
@@ -320,6 +344,15 @@ Status prepare_recorded(const std::string& param_path, const std::string& bin_pa
             return s;
     }
     schedule.order = hooks.order;
+    schedule.input_uses.clear();
+    for (size_t k = 0; k < inputs.size(); k++)
+    {
+        const ncnn::Mat& m = inputs[k].second;
+        if (hooks.in_place[k])
+            schedule.input_uses.push_back({(uint64_t)m.total() * m.elemsize, hooks.last_held[k]});
+        else
+            schedule.input_uses.push_back(InputUse());
+    }
 
     // the profile, on the schedule's steps
     std::vector<int> step_of(layer_count, -1);
