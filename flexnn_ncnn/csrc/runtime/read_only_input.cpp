@@ -18,7 +18,17 @@ ReadOnlyInput::ReadOnlyInput(const ncnn::Mat& view)
 
 ncnn::Mat ReadOnlyInput::mat()
 {
-    ncnn::Mat m = view_;
+    // the header built field by field: copying view_ would take a reference on the caller's count
+    ncnn::Mat m;
+    m.data = view_.data;
+    m.elemsize = view_.elemsize;
+    m.elempack = view_.elempack;
+    m.dims = view_.dims;
+    m.w = view_.w;
+    m.h = view_.h;
+    m.d = view_.d;
+    m.c = view_.c;
+    m.cstep = view_.cstep;
     NCNN_XADD(&references_, 1);
     m.refcount = &references_;
     return m;

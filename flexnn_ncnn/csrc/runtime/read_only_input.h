@@ -31,7 +31,7 @@ public:
     bool held() const;
 
 private:
-    ncnn::Mat view_; // the bytes, without a reference count
+    const ncnn::Mat view_; // the caller's header (a reference on its count, if it has one)
     int references_; // 1 (this object's, never released) + one per header held
 };
 
