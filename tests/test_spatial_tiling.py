@@ -286,6 +286,42 @@ def test_an_lrn_across_channels_in_a_tile_equals_the_whole_one(tmp_path: Path) -
     assert ("c", "h") not in _block_names(graph, shapes)
 
 
+def test_a_channel_shuffle_in_a_tile_equals_the_whole_one(tmp_path: Path) -> None:
+    """ShuffleChannel permutes each pixel's channels (ShuffleNet's units): a tile runs it as it runs a
+    ReLU, so a ShuffleNet stage is one block."""
+    text = "7767517\n4 4\nInput x0 0 1 x0 0=37 1=29 2=3\nConvolution c 1 1 x0 x 0=12 1=3 4=1 5=1 6=324\n" \
+           "ShuffleChannel s 1 1 x y 0=3\nConvolution h 1 1 y out 0=4 1=3 4=1 5=1 6=432\n"
+    graph, shapes = _assert_whole_model_tiled_equals(text, "shuffle", 6, tmp_path)
+    assert _block_names(graph, shapes) == [("c", "h")]
+
+
+# ShuffleNetV2's unit: the channels split (uneven here: 4 and 8), one part through a padded depthwise
+# convolution, concatenated back and shuffled
+SLICED_UNIT = ("7767517\n8 10\nInput x0 0 1 x0 0=37 1=29 2=3\nConvolution c 1 1 x0 x 0=12 1=3 4=1 5=1 6=324\n"
+               "Slice s 1 2 x a b -23300=2,4,-233\nConvolutionDepthWise d 1 1 b e 0=8 1=3 4=1 5=1 6=72 7=8\n"
+               "ReLU r 1 1 e f\nConcat cat 2 1 a f y\nShuffleChannel sh 1 1 y z 0=2\n"
+               "Convolution h 1 1 z out 0=4 1=3 4=1 5=1 6=432\n")
+
+
+def test_a_channel_slice_in_a_tile_equals_the_whole_one(tmp_path: Path) -> None:
+    """A Slice along channels cuts each pixel's channels: every part of a tile holds the tile's region
+    (the union of what their readers read), so a ShuffleNetV2 stage is one block; tiles' shape hints
+    are each part's own."""
+    graph, shapes = _assert_whole_model_tiled_equals(SLICED_UNIT, "slice", 8, tmp_path)
+    assert _block_names(graph, shapes) == [("c", "h")]
+    param, modelbin, graph, shapes, _ = _model(SLICED_UNIT, "1,3,29,37", tmp_path, "slice_hinted")
+    for layer in param:
+        layer.params.set(SHAPE_HINT_ID, [v for top in layer.tops for v in (3, shapes[top].w, shapes[top].h, shapes[top].c)])
+    tiled_param, tiled_bin, _ = spatial.rewrite(param, shapes, graph.order[1:], "x0", "out", 2, 2, modelbin)
+    files = _write(tiled_param, tiled_bin, tmp_path, "slice_hinted_tiled")
+    measured = infer_shapes(tiled_param, Graph.build(tiled_param), {"x0": shapes["x0"]}, files[1])
+    slices = [layer for layer in tiled_param if layer.type == "Slice"]
+    assert len(slices) == 4
+    for layer in slices:
+        assert layer.params.get_array(SHAPE_HINT_ID) == [v for top in layer.tops for v in
+                                                        (3, measured[top].w, measured[top].h, measured[top].c)]
+
+
 @pytest.mark.parametrize("padding", [
     "Padding pad 1 1 x y 0=1 1=2 2=1 3=2 5=0.5",  # BlazeFace's before a strided convolution, with a value
     "Padding pad 1 1 x y 8=4",                     # BlazeFace's shortcut: channels added behind

@@ -50,13 +50,16 @@ PER_ELEMENT = frozenset({
     "Log", "Mish", "Power", "PReLU", "ReLU", "Scale", "SELU", "Sigmoid", "Swish", "TanH", "UnaryOp",
 })
 LRN_ACROSS_CHANNELS = 0  # LRN's region type 0 normalises each pixel over its channels: per pixel too
+# layers that compute each output pixel from the same pixel of their input, across its channels
+PER_PIXEL = frozenset({"ShuffleChannel"})
 # param ids of (pad left, right, top, bottom) by layer type
 PAD_IDS = {"Convolution": (4, 15, 14, 16), "ConvolutionDepthWise": (4, 15, 14, 16), "Pooling": (3, 14, 13, 15),
            "Padding": (2, 3, 0, 1)}
 PADDING_CONSTANT = 0  # Padding's type 0: a constant value beyond the borders, as a tile's own pads give
 # layers a tile runs with several inputs of one spatial size (geometry: identity per input)
 MERGING = frozenset({"BinaryOp", "Eltwise", "Concat"})
-MOVING = frozenset({"Split", "Crop", "Concat", "Padding"})  # layers that move elements, keeping their type
+MOVING = frozenset({"Split", "Slice", "Crop", "Concat", "Padding"})  # layers that move elements, keeping their type
+FORKING = frozenset({"Split", "Slice"})  # one input, several outputs of its h x w: a tile's outputs hold one region
 DECONVOLUTION = frozenset({"Deconvolution", "DeconvolutionDepthWise"})
 # Interp's resize types a tile can run: nearest (1) and bilinear (2, align_corners off), whose sample
 # positions at a power-of-two scale are the same, bit for bit, counted from any whole input position
@@ -153,7 +156,7 @@ def _windows(layer: Layer, in_shape: BlobShape) -> tuple[Window, Window] | None:
     p = layer.params
     if len(layer.bottoms) != 1 or len(layer.tops) != 1 or in_shape.dims != 3:
         return None
-    if layer.type in PER_ELEMENT or (layer.type == "LRN" and p.get_int(0, 0) == LRN_ACROSS_CHANNELS):
+    if layer.type in PER_ELEMENT | PER_PIXEL or (layer.type == "LRN" and p.get_int(0, 0) == LRN_ACROSS_CHANNELS):
         return IDENTITY, IDENTITY
     if layer.type in ("Convolution", "ConvolutionDepthWise"):
         if p.get_int(19, 0):  # weights from a second input
@@ -214,13 +217,18 @@ def _macs_per_pixel(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> 
 
 def _tileable(layer: Layer, shapes: dict[str, BlobShape]) -> bool:
     """A tile can run the layer on a region of its inputs: a spatial or per-element layer of one c,h,w
-    input, a Split, or a merge of inputs of one spatial size (a residual sum, a channel concatenation)."""
+    input, a Split, a Slice along channels (ShuffleNetV2's), or a merge of inputs of one spatial size (a
+    residual sum, a channel concatenation)."""
     blobs = layer.bottoms + layer.tops
     if not layer.bottoms or any(b not in shapes or shapes[b].dims != 3 for b in blobs):
         return False
     p = layer.params
     if layer.type == "Split":
         return len(layer.bottoms) == 1
+    if layer.type == "Slice":
+        ins = shapes[layer.bottoms[0]]
+        return (len(layer.bottoms) == 1 and p.get_int(1, 0) in (0, -3)
+                and all((shapes[t].h, shapes[t].w) == (ins.h, ins.w) for t in layer.tops))
     if layer.type == "BinaryOp" and len(layer.bottoms) == 1:
         return bool(p.get_int(1, 0))  # with a scalar: per element
     if layer.type in MERGING:
@@ -371,14 +379,16 @@ class TileGeometry:
 
 def _geometry(layers: list[Layer], shapes: dict[str, BlobShape], sink: str, out: Region) -> TileGeometry:
     """Walking back from `out` of the sink: a blob's region is the union of what its readers read (a
-    Split's outputs all hold its input's), each spatial layer reads what its window needs for its output."""
+    Split's or a Slice's outputs all hold the region of its input they read), each spatial layer reads
+    what its window needs for its output."""
     g = TileGeometry({sink: out}, {}, {}, {})
     need: dict[str, Region] = {}
     for layer in reversed(layers):
-        if layer.type == "Split":
+        if layer.type in FORKING:
             region = None
-            for top in layer.tops:
-                region = need[top].union(region)
+            for top in layer.tops:  # a top nothing in the block reads holds nothing
+                read = out if top == sink else need.get(top)
+                region = read.union(region) if read is not None else region
             for top in layer.tops:
                 g.regions[top] = region  # type: ignore[assignment]
         else:
@@ -526,8 +536,8 @@ def rewrite(param: NcnnParam, shapes: dict[str, BlobShape], block_layers: list[L
     def add(layers: list[Layer], layer_shapes: dict[str, BlobShape]) -> None:
         for layer in layers:
             if hinted:
-                s = layer_shapes[layer.tops[0]]
-                layer.params.set(SHAPE_HINT_ID, [3, s.w, s.h, s.c] * len(layer.tops))  # per top: dims, w, h, c
+                hint = [[3, s.w, s.h, s.c] for s in (layer_shapes[top] for top in layer.tops)]  # per top: dims, w, h, c
+                layer.params.set(SHAPE_HINT_ID, [v for top in hint for v in top])
             block.append(layer)
         new_shapes.update(layer_shapes)
 
