@@ -205,7 +205,7 @@ class SmallestBudget:
 
 def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], target: Target,
                     options: RuntimeOptions, scratch: Path, stream: StreamModel | None = None,
-                    resolution: int = 256 * 1024, tiler: spatial.Tiler | None = None, beside: int = 0,
+                    resolution: int = 64 * 1024, tiler: spatial.Tiler | None = None, beside: int = 0,
                     named: dict[int, Missed] | None = None) -> SmallestBudget:
     """The smallest budget the fit loop fits, to within `resolution` bytes (or 1%): bisection between
     the slicer's own lower bound, below which no slicing fits, and a budget confirmed to fit (the one
