@@ -254,7 +254,8 @@ def _floor_table(results: list[dict[str, Any]]) -> list[str]:
                      f"| {'-' if latency_ratio is None else f'{latency_ratio:.3f}'} | {_mb(f.peak_over_idle_bytes)} "
                      f"| {f.search_probes or '-'} | {'-' if seconds is None else f'{seconds:.0f}'} |")
     return lines + ["", "The floor is the most bytes of activations that coexist at any step of the unsliced model's "
-                    f"profile (reported by the {' or '.join(UNSLICED)} run): no slicing goes below it. The smallest budget is "
+                    f"profile (reported by the {' or '.join(UNSLICED)} run; inputs read in place from the caller's array "
+                    "included): no slicing goes below it. The smallest budget is "
                     "`flexnn@min`'s when it ran and held (found by `slice --budget min`'s search: its probes and seconds), "
                     "else the smallest of the run's grid; held means FlexNN's outputs matched and its counted memory and peak "
                     "RSS over idle fit it. Latency, its ratio to NCNN-Default and the peak RSS over idle are FlexNN's at that "
