@@ -10,6 +10,7 @@ it); a mismatch is a UserError naming the field. The runtime checks the plan aga
 from __future__ import annotations
 
 import logging
+import mmap
 import statistics
 from pathlib import Path
 from typing import Any, Mapping
@@ -23,6 +24,23 @@ from .process_memory import reset_peak_rss, status_bytes
 log = logging.getLogger(__name__)
 
 _AXES = {1: "w", 2: "h, w", 3: "c, h, w", 4: "c, d, h, w"}  # an input's numpy axes by rank: NCNN's dims reversed
+
+
+# NCNN_MALLOC_OVERREAD (allocator.h): kernels may read this far past a buffer NCNN allocated
+OVERREAD = 64
+
+
+def _readable_in_place(a: np.ndarray) -> np.ndarray:
+    """`a`, or a copy of it, as the runtime reads an input in place (csrc/runtime/read_only_input.h):
+    16-byte aligned (numpy's own arrays are; a view at another offset is not), and the OVERREAD bytes
+    past its end within its last page (else the runtime would have to find them mapped): a copy into
+    an array OVERREAD bytes longer otherwise."""
+    end = a.ctypes.data + a.nbytes
+    if a.ctypes.data % 16 == 0 and (end - 1) // mmap.PAGESIZE == (end + OVERREAD - 1) // mmap.PAGESIZE:
+        return a
+    padded = np.empty(a.size + OVERREAD // a.itemsize, a.dtype)[:a.size].reshape(a.shape)
+    padded[...] = a
+    return padded
 
 
 class Session:
@@ -147,10 +165,7 @@ class Session:
         """One inference: {input blob: float32 array of the plan's shape} -> {output blob: float32 array}
         (NCNN's shapes); inputs are checked first (check_inputs)."""
         self.check_inputs(inputs)
-        # an input NCNN reads in place needs its channels 16-byte aligned (read_only_input.h): numpy's own
-        # arrays are; a view at another offset is copied first
-        arrays = {name: np.ascontiguousarray(value) for name, value in inputs.items()}
-        arrays = {name: a if a.ctypes.data % 16 == 0 else a.copy() for name, a in arrays.items()}
+        arrays = {name: _readable_in_place(np.ascontiguousarray(value, dtype=np.float32)) for name, value in inputs.items()}
         try:
             outputs, stats = self._executor.run(arrays)
         except (RuntimeError, ValueError) as e:

@@ -8,6 +8,8 @@ first, so the caller's array is never written. Any other input is copied into th
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +72,29 @@ def test_an_input_of_whole_16_byte_planes_is_read_in_place_and_never_written(tmp
     # the runtime itself refuses one (its C++ callers get the error, not a misaligned read)
     with pytest.raises(RuntimeError, match="16-byte aligned"):
         session._executor.run({"data": shifted})
+
+
+def test_an_input_ending_where_its_mapping_ends_is_copied_first(tmp_path: Path) -> None:
+    """NCNN's kernels may read 64 bytes past a buffer (NCNN_MALLOC_OVERREAD), which its own allocations
+    leave room for: an array whose last bytes end a mapping is copied by the session and refused by the
+    runtime, never read past."""
+    param, bin_, path, _ = _prepared(tmp_path, 16, 12)
+    libc = ctypes.CDLL(None)
+    libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                                               ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    page, n = mmap.PAGESIZE, 6 * 12 * 16
+    base = libc.mmap(None, 3 * page, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    try:
+        assert libc.munmap(base + 2 * page, page) == 0
+        at_end = np.ctypeslib.as_array((ctypes.c_float * n).from_address(base + 2 * page - 4 * n)).reshape(6, 12, 16)
+        at_end[...] = np.random.default_rng(9).standard_normal((6, 12, 16))
+        session = Session(path)
+        assert_close(session.run({"data": at_end})["output"], stock_output(param, bin_, at_end.copy()), RTOL)
+        with pytest.raises(RuntimeError, match="64 readable bytes"):
+            session._executor.run({"data": at_end})
+    finally:
+        libc.munmap(base, 2 * page)
 
 
 def test_an_input_of_other_planes_is_copied_into_the_arena(tmp_path: Path) -> None:

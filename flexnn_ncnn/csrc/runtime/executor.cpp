@@ -560,7 +560,7 @@ Status Executor::run_locked(const NamedMats& inputs, const OutputTaker& take, Ru
                                  + " B, the model was prepared with " + std::to_string(input_bytes_[k]) + " B: prepare it for this shape");
         if (schedule_.input_uses[k].in_place() && !reads_in_place(m))
             return Status::error("input '" + inputs[k].first + "' is read where it lies, as prepare read it: it must be unpacked "
-                                 "fp32 whose channels start 16-byte aligned");
+                                 "fp32 whose channels start 16-byte aligned, with 64 readable bytes after it");
     }
 
     const double started = now_us();

@@ -1,14 +1,32 @@
 #include "runtime/read_only_input.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdint>
 
 namespace flexnn {
+
+namespace {
+
+// NCNN's kernels may read up to NCNN_MALLOC_OVERREAD bytes past a buffer (allocator.h), which NCNN's
+// own allocations leave room for: those bytes must be mapped, in the data's last page or the next one
+bool readable_past_end(const ncnn::Mat& m)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t end = (uintptr_t)m.data + m.total() * m.elemsize;
+    const uintptr_t last = (end - 1) / page, reached = (end + NCNN_MALLOC_OVERREAD - 1) / page;
+    unsigned char resident[1];
+    return reached == last || mincore((void*)(reached * page), page, resident) == 0; // ENOMEM: not mapped
+}
+
+} // namespace
 
 bool reads_in_place(const ncnn::Mat& m)
 {
     const size_t plane_bytes = (size_t)m.w * m.h * m.d * m.elemsize;
     return m.dims >= 3 && m.elemsize == 4u && m.elempack == 1 && plane_bytes % 16 == 0 && m.cstep * m.elemsize == plane_bytes
-           && (uintptr_t)m.data % 16 == 0;
+           && (uintptr_t)m.data % 16 == 0 && readable_past_end(m);
 }
 
 ReadOnlyInput::ReadOnlyInput(const ncnn::Mat& view)
