@@ -548,12 +548,18 @@ def analyze_layer(index: int, layer: Layer, live_bytes: int, in_shape: BlobShape
     return LayerAnalysis(index, layer, live_bytes, weights, model, in_shape)
 
 
+def resident_bytes(graph: Graph, shapes: dict[str, BlobShape], blob: str) -> int:
+    """The bytes `blob` holds beside the runtime's other buffers: none for a model input the runtime
+    reads where the caller's array lies (BlobShape.read_in_place)."""
+    return 0 if blob in graph.inputs and shapes[blob].read_in_place else shapes[blob].nbytes
+
+
 def live_bytes(graph: Graph, shapes: dict[str, BlobShape], caller_inputs: bool = True) -> list[int]:
     """Per layer of `graph.order`, the bytes of the blobs resident while it runs: produced at or before it and
     still needed at or after it (outputs stay to the end). A Split's outputs share its input's storage
     (NCNN hands each consumer a reference), which lives until the last of them is read. With
     `caller_inputs` (the graph is the model run, not a piece of it), an input the runtime reads where the
-    caller's array lies (BlobShape.read_in_place) is no resident blob of its own."""
+    caller's array lies is no resident blob of its own (resident_bytes)."""
     storage: dict[str, str] = {}  # blob -> the blob whose storage it is
     for layer in graph.order:
         for top in layer.tops:
@@ -564,9 +570,10 @@ def live_bytes(graph: Graph, shapes: dict[str, BlobShape], caller_inputs: bool =
         ends[root] = max(ends.get(root, 0), last)
     delta = [0] * (len(graph.order) + 1)
     for root, last in ends.items():
-        if root in shapes and not (caller_inputs and root in graph.inputs and shapes[root].read_in_place):
-            delta[graph.producer[root]] += shapes[root].nbytes
-            delta[min(last + 1, len(graph.order))] -= shapes[root].nbytes
+        if root in shapes:
+            size = resident_bytes(graph, shapes, root) if caller_inputs else shapes[root].nbytes
+            delta[graph.producer[root]] += size
+            delta[min(last + 1, len(graph.order))] -= size
     live, out = 0, []
     for d in delta[:-1]:
         live += d

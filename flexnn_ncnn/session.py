@@ -165,7 +165,9 @@ class Session:
         """One inference: {input blob: float32 array of the plan's shape} -> {output blob: float32 array}
         (NCNN's shapes); inputs are checked first (check_inputs)."""
         self.check_inputs(inputs)
-        arrays = {name: _readable_in_place(np.ascontiguousarray(value, dtype=np.float32)) for name, value in inputs.items()}
+        arrays = {name: np.ascontiguousarray(value) for name, value in inputs.items()}
+        read_in_place = {name: read > 0 for name, (read, _) in zip(self.inputs, self.sidecar.schedule.input_uses)}
+        arrays = {name: _readable_in_place(a) if read_in_place[name] else a for name, a in arrays.items()}  # the others: copied
         try:
             outputs, stats = self._executor.run(arrays)
         except (RuntimeError, ValueError) as e:

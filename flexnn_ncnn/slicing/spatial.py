@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..analysis import LayerAnalysis, analyze, conv_pads, pooling_pads
+from ..analysis import LayerAnalysis, analyze, conv_pads, pooling_pads, resident_bytes
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, ParamDict
 from ..ncnn_model.param import SHAPE_HINT_ID
 from .policy import smallest_working_set
@@ -592,7 +592,8 @@ def _block_need(block_layers: list[Layer], shapes: dict[str, BlobShape], block: 
                 rows: int, cols: int, target: Target) -> tuple[int, int] | None:
     """The most bytes any step of the tiled block needs (the source's `source_bytes`, 0 when it is a
     model input read in place, and the block's `beside` bytes are all that is live from outside it) and
-    the MACs its tiles run; None when the MACs exceed MAX_RECOMPUTE times the untiled block's. The steps: the Split, per tile its layers, per row the Concat along w, then
+    the MACs its tiles run; None when the MACs exceed MAX_RECOMPUTE times the untiled block's. The
+    steps: the Split, per tile its layers, per row the Concat along w, then
     the Concat along h."""
     source, sink = block.source, block.sink
     out_shape = shapes[sink]
@@ -647,8 +648,7 @@ def options(graph: Graph, shapes: dict[str, BlobShape], analyses: list[LayerAnal
         layers = _block_layers(graph, block)
         outside = max((n for i, n in enumerate(needs) if not block.first < i <= block.last), default=0)
         out = shapes[block.sink]
-        source = shapes[block.source]
-        source_bytes = 0 if block.source in graph.inputs and source.read_in_place else source.nbytes
+        source_bytes = resident_bytes(graph, shapes, block.source)
         untiled = _macs(layers, shapes)
         for grid in GRIDS:
             if grid > min(out.h, out.w):

@@ -25,7 +25,7 @@ bool readable_past_end(const ncnn::Mat& m)
 bool reads_in_place(const ncnn::Mat& m)
 {
     const size_t plane_bytes = (size_t)m.w * m.h * m.d * m.elemsize;
-    return m.dims >= 3 && m.elemsize == 4u && m.elempack == 1 && plane_bytes % 16 == 0 && m.cstep * m.elemsize == plane_bytes
+    return m.dims >= 3 && m.n == 1 && m.elemsize == 4u && m.elempack == 1 && plane_bytes % 16 == 0 && m.cstep * m.elemsize == plane_bytes
            && (uintptr_t)m.data % 16 == 0 && readable_past_end(m);
 }
 

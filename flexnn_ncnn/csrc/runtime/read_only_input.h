@@ -7,7 +7,7 @@
 
 namespace flexnn {
 
-// Whether NCNN can read `m` where it lies instead of a copy of it: unpacked fp32 of 3 or 4 dims whose
+// Whether NCNN can read `m` where it lies instead of a copy of it: unpacked fp32 of 3 or 4 dims (one batch) whose
 // channel planes are whole multiples of 16 bytes (NCNN's own cstep is then the dense plane) starting
 // 16-byte aligned (what NCNN's cstep guarantees every channel), with the NCNN_MALLOC_OVERREAD bytes
 // after it mapped (kernels may read them, as in NCNN's own allocations). Decided by the shape and the
