@@ -1,7 +1,10 @@
 """`python -m flexnn_ncnn.bench.flexnn_child`: one FlexNN runtime configuration; prints one JSON line.
 
 The runtime side of the benchmark (bench/configs.py RUNTIME_COMMAND; protocol in docs/EVALUATION.md),
-through the real pipeline in separate processes, so this process's memory is the inference's only:
+through the real pipeline in separate processes: slice and prepare run as their CLIs; this process
+reads the sidecar, times the planner, then execs itself into a fresh program (the same pid, which the
+harness samples) that loads the runtime, makes the inputs, reads the idle RSS, and only then opens the
+Session: what reading the plan costs is counted, as in a user's process that loads its model.
 
 - `flexnn` (budget B): `python -m flexnn_ncnn.slice --no-fp16` at B (fp32 math, the benchmark's
   default; on the host it prepares and plans too, tightening the slicing until the plan fits), then a
@@ -38,6 +41,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -133,66 +138,83 @@ def plan_for(mode: str, budget: int | str | None, prepared: Path) -> tuple[Path,
     return path, content, plan_ms
 
 
-def measure(description: dict[str, Any], mode: str, budget: int | str | None, threads: int, warmup: int, loops: int, seed: int,
-            fp16: bool, outputs_npz: Path, cold: bool = False) -> dict[str, Any]:
-    """One runtime configuration; with `cold`, the weight files are evicted from the page cache before
-    every inference (storage a phone under memory pressure reads from)."""
-    from .. import native, planning
-    from ..session import Session
-    native.load()  # the runtime's libraries, loaded before the idle RSS is read (as the stock child imports ncnn)
-    planning.load()
-
-    inputs = model_inputs(description, seed)
-    with tempfile.TemporaryDirectory(prefix="flexnn-child-", dir=outputs_npz.parent) as tmp:
-        prepared = prepare_for(description, mode, budget, threads, fp16, Path(tmp))
+def prepare_session(description: dict[str, Any], mode: str, budget: int | str | None, threads: int, fp16: bool,
+                    outputs_npz: Path, cold: bool) -> dict[str, Any]:
+    """Slice, prepare and plan one configuration in a work folder beside `outputs_npz`: what run_session
+    needs (`sidecar`, `cold_files`, `workdir`, which it removes) and the `record` fields known before
+    any inference; or, for a baseline that refuses the budget, the record saying so (no folder left)."""
+    workdir = Path(tempfile.mkdtemp(prefix="flexnn-child-", dir=outputs_npz.parent))
+    try:
+        prepared = prepare_for(description, mode, budget, threads, fp16, workdir)
         try:
             sidecar_path, content, plan_ms = plan_for(mode, budget, prepared.sidecar_path)
         except planning.InfeasibleBudget as e:
             if mode not in MAY_BE_INFEASIBLE:
                 raise
             # nothing to measure: the harness reports this baseline as infeasible at the budget
+            shutil.rmtree(workdir)
             return {"config": mode, "budget": budget, "infeasible": str(e), "min_feasible_budget": e.min_feasible_budget}
-        min_search = None
-        if budget == MIN:  # the search `slice` recorded in its decisions, beside the sliced .param
-            param = content.model_files(sidecar_path)[0]
-            min_search = json.loads(param.with_name(param.name.removesuffix(".param") + ".slicing.json").read_text())["min_search"]
         # slicing and prepare read the model and wrote the sliced one and its transformed weights
         # (offline steps): start cold
         transformed = content.transformed_file(sidecar_path)
-        transformed_bytes = transformed.stat().st_size if transformed else 0
         weight_files = [Path(description["bin"]), content.model_files(sidecar_path)[1], *([transformed] if transformed else [])]
         evict_all(weight_files)
-        cold_files = weight_files if cold else []
+        record = {"config": mode, "budget": content.plan.budget, "plan_ms": plan_ms,
+                  "activation_floor_bytes": activation_floor(content.profile, content.schedule.input_uses),
+                  "transformed_weight_bytes": transformed.stat().st_size if transformed else 0}
+        if budget == MIN:  # the search `slice` recorded in its decisions, beside the sliced .param
+            param = content.model_files(sidecar_path)[0]
+            record["min_search"] = json.loads(param.with_name(param.name.removesuffix(".param") + ".slicing.json").read_text())["min_search"]
+        for key, value in (("slice_ms", prepared.slice_ms), ("prepare_ms", prepared.prepare_ms)):
+            if value is not None:
+                record[key] = value
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return {"sidecar": str(sidecar_path), "cold_files": [str(p) for p in weight_files] if cold else [], "workdir": str(workdir),
+            "record": record}
+
+
+def run_session(request: dict[str, Any], description: dict[str, Any], mode: str, threads: int, warmup: int, loops: int,
+                seed: int, outputs_npz: Path) -> dict[str, Any]:
+    """A Session on prepare_session's sidecar and `warmup + loops` inferences, in a process that has
+    loaded no model and no sidecar yet (main execs into it): its RSS before the session is the idle
+    RSS of memory (b) (DESIGN.md §4: before loading the model; reading the plan is loading it). The
+    cold files are evicted before every inference. Writes the outputs to `outputs_npz`, removes the
+    work folder; returns the configuration's record."""
+    from .. import native
+    from ..session import Session
+    try:
+        native.load()  # the runtime's libraries, loaded before the idle RSS is read (as the stock child imports ncnn)
+        planning.load()
+        inputs = model_inputs(description, seed)
+        cold_files = [Path(p) for p in request["cold_files"]]
         rss_idle = status_bytes("VmRSS")
         hwm_reset = reset_peak_rss()
         start = time.perf_counter()
-        session = Session(sidecar_path, threads=threads, overlap_loading=mode in OVERLAPPED, static_arena=mode not in HEAP)
+        session = Session(Path(request["sidecar"]), threads=threads, overlap_loading=mode in OVERLAPPED,
+                          static_arena=mode not in HEAP)
         load_ms = (time.perf_counter() - start) * 1e3
-        if session.plan != content.plan:
-            raise UserError(f"the session re-planned instead of running the sidecar's {content.plan.algorithm} plan")
         outputs: dict[str, np.ndarray] = {}
         for _ in range(warmup + loops):
             evict_all(cold_files)
             outputs = session.run(inputs)
         vm_hwm = status_bytes("VmHWM")
         stats = session.stats()
-    timed = slice(warmup, None)
+        stored = sidecar.load(Path(request["sidecar"])).plan
+        if session.plan != stored:
+            raise UserError(f"the session re-planned instead of running the sidecar's {stored.algorithm} plan")
+    finally:
+        shutil.rmtree(request["workdir"], ignore_errors=True)
     np.savez(outputs_npz, **outputs)
-    record = {"config": mode, "latency_ms": [us / 1e3 for us in stats["latency_us"][timed]], "load_ms": load_ms,
-              "rss_idle_bytes": rss_idle, "vm_hwm_bytes": vm_hwm, "hwm_reset": hwm_reset, "outputs_npz": str(outputs_npz),
-              "counted_bytes": stats["counted_bytes"], "counted_limit_bytes": stats["counted_limit_bytes"],
-              "arena_bytes": stats["arena_bytes"],
-              "load_wait_ms": [us / 1e3 for us in stats["load_wait_us"][timed]],
-              "loader_cpu_ms": [us / 1e3 for us in stats["loader_cpu_us"][timed]],
-              "arena_weight_bytes": stats["arena_weight_bytes"][timed], "mapped_weight_bytes": stats["mapped_weight_bytes"][timed],
-              "budget": content.plan.budget, "plan_ms": plan_ms, "activation_floor_bytes": activation_floor(content.profile, content.schedule.input_uses),
-              "transformed_weight_bytes": transformed_bytes}
-    if min_search is not None:
-        record["min_search"] = min_search
-    for key, value in (("slice_ms", prepared.slice_ms), ("prepare_ms", prepared.prepare_ms)):
-        if value is not None:
-            record[key] = value
-    return record
+    timed = slice(warmup, None)
+    return {**request["record"], "latency_ms": [us / 1e3 for us in stats["latency_us"][timed]], "load_ms": load_ms,
+            "rss_idle_bytes": rss_idle, "vm_hwm_bytes": vm_hwm, "hwm_reset": hwm_reset, "outputs_npz": str(outputs_npz),
+            "counted_bytes": stats["counted_bytes"], "counted_limit_bytes": stats["counted_limit_bytes"],
+            "arena_bytes": stats["arena_bytes"],
+            "load_wait_ms": [us / 1e3 for us in stats["load_wait_us"][timed]],
+            "loader_cpu_ms": [us / 1e3 for us in stats["loader_cpu_us"][timed]],
+            "arena_weight_bytes": stats["arena_weight_bytes"][timed], "mapped_weight_bytes": stats["mapped_weight_bytes"][timed]}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -203,20 +225,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", default="", help=f"bytes, for {', '.join(BUDGETED)} (empty for the others); "
                                                      f"{MIN} ({', '.join(SEARCHED)}): the smallest its slicing fits")
     parser.add_argument("--fp16", choices=("0", "1"), default="0", help="1: NCNN's fp16 storage/arithmetic where the CPU has it")
+    # prepare_session's JSON: this process runs its session (main execs into it)
+    parser.add_argument("--session", metavar="JSON", help=argparse.SUPPRESS)
     add_run_args(parser)
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
+    if args.session is not None:
+        record = run_session(json.loads(args.session), read_description(args.model), args.mode, args.threads, args.warmup,
+                             args.loops, args.seed, args.outputs)
+        print(json.dumps(record), flush=True)
+        return 0
     apply_run_args(args)
     if (args.mode in BUDGETED) != bool(args.budget):
         raise UserError(f"--mode {args.mode} " + ("needs --budget" if args.mode in BUDGETED else "takes no --budget"))
     if args.budget == MIN and args.mode not in SEARCHED:
         raise UserError(f"--budget {MIN} is for --mode {', '.join(SEARCHED)}: --mode {args.mode} takes bytes")
     budget = args.budget if args.budget == MIN else int(args.budget) if args.budget else None
-    record = measure(read_description(args.model), args.mode, budget, args.threads, args.warmup, args.loops, args.seed,
-                     args.fp16 == "1", args.outputs, args.cold == "1")
-    print(json.dumps(record), flush=True)
-    return 0
-
+    request = prepare_session(read_description(args.model), args.mode, budget, args.threads, args.fp16 == "1", args.outputs,
+                              args.cold == "1")
+    if "infeasible" in request:
+        print(json.dumps(request), flush=True)
+        return 0
+    # the session in a fresh image of this process (the harness samples this pid): this one read the
+    # sidecar and planned, and the session would reuse that freed heap without counting it
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", __spec__.name, *(sys.argv[1:] if argv is None else argv),
+                              "--session", json.dumps(request)])
 
 if __name__ == "__main__":
     sys.exit(run_main(main))

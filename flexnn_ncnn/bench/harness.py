@@ -170,7 +170,8 @@ class BenchResult:
 class _Sampler(threading.Thread):
     """Polls a child's VmRSS every `interval`, and the page cache of the weight files less often, so
     that sampling costs at most ~1/CACHE_COST_RATIO of a core (mincore on 100 MB takes ~2 ms); keeps
-    the maxima. Weight files: the model's .bin, and any .bin or .transformed the child holds open (a
+    the maxima (the RSS's of the child's last program: the runtime's child execs into its session).
+    Weight files: the model's .bin, and any .bin or .transformed the child holds open (a
     runtime child streams from its sliced model and its pre-transformed weights)."""
 
     CACHE_MIN_INTERVAL = 0.1
@@ -209,10 +210,22 @@ class _Sampler(threading.Thread):
         self.cache_peak = max(self.cache_peak, cached)
         return max(self.CACHE_MIN_INTERVAL, (time.perf_counter() - start) * self.CACHE_COST_RATIO)
 
+    def _image(self) -> bytes:
+        """The command line of the child's current program ("" once it exited)."""
+        try:
+            return Path(f"/proc/{self.pid}/cmdline").read_bytes()
+        except OSError:
+            return b""
+
     def run(self) -> None:
         next_cache = 0.0
+        image = self._image()
         while True:
-            self.rss_peak = max(self.rss_peak, status_bytes("VmRSS", self.pid))
+            now = self._image()  # before the RSS: a sample taken before an exec is never the new program's
+            rss = status_bytes("VmRSS", self.pid)
+            if now and now != image:  # the child exec'd (the runtime's, into its session): measure the new program
+                image, self.rss_peak = now, rss
+            self.rss_peak = max(self.rss_peak, rss)
             if time.perf_counter() >= next_cache:
                 next_cache = time.perf_counter() + self._sample_cache()
             if self.stop.wait(self.interval):
