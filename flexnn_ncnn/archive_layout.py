@@ -12,7 +12,7 @@ functions a process runs lie decides its resident code, which counts in the memo
 - NCNN is compiled with -ffunction-sections (build.py), so every function is a section of its own.
   A hot function's section is renamed `.text.sorted.<group>.<rank>.<name>`: the linkers' default scripts
   place those first in `.text`, sorted by name, so the hot functions of one instruction set lie
-  together, most used first, whatever object they come from.
+  together, in the hot list's order, whatever object they come from.
 
 The hot list names functions of one instruction set's variant as measured; `generic()` writes the
 extension out of them (`convolution_x86{isa}.cpp.o`, `_ZN4ncnn{Convolution_x86}...`) so they apply to
@@ -107,7 +107,7 @@ def _variant_key(member: str) -> str:
 
 def hot_renames(members: Sequence[str], hot: Sequence[HotEntry]) -> dict[str, dict[str, str]]:
     """For every member holding hot functions: {section: `.text.sorted.<group>.<rank>.<its name>`},
-    rank being the function's place in `hot` (most used first) and group the member's isa_group's place."""
+    rank being the function's place in `hot` (its layout order) and group the member's isa_group's place."""
     groups = sorted({isa_group(m) for m in members})
     by_key: dict[str, list[tuple[int, HotEntry]]] = defaultdict(list)
     for rank, entry in enumerate(hot):
@@ -131,7 +131,7 @@ def original_name(section: str) -> str:
 
 
 def read_hot_list(path: Path) -> list[HotEntry]:
-    """A hot list: `member<TAB>section` lines, most used first; `#` starts a comment line."""
+    """A hot list: `member<TAB>section` lines in layout order; `#` starts a comment line."""
     entries = []
     for line in path.read_text().splitlines():
         if line and not line.startswith("#"):

@@ -1,13 +1,16 @@
 """`python -m flexnn_ncnn.code_trace PLAN.json... -o HOT_LIST`: the functions of NCNN that prepared
-models run, measured, most used first: the hot list the build lays out first (archive_layout.py).
+models run, measured, ordered so each model's lie in few 64 KB windows: the hot list the build lays
+out first (archive_layout.py).
 
 Each plan runs (a Session and two inferences on seeded inputs) in a process of its own on the code
 tracer's module (`python -m flexnn_ncnn.build --code-trace`: the host build's NCNN objects with every
 function on pages of its own), with execute permission taken from that module's code
 (libflexnn_code_trace, built with the host target): the first call into each page faults once and is
 recorded. A page there holds one function, so the pages a model runs name exactly the functions it
-ran, not their neighbours nor the kernel's 64 KB fault-around. The module's link map names them. The
-functions more plans ran come first; among as many, those the same plans ran lie together.
+ran, not their neighbours nor the kernel's 64 KB fault-around. The module's link map names them.
+Their order is the layout's: within each instruction set's group (the build places each apart),
+split in halves again and again so that each plan's functions fall on as few sides as can be
+(_bisect): every 64 KB window holding one function a plan runs is resident.
 
 The list names functions as the compiler did (archive_layout.original_name), so one trace serves
 whatever hot list the host build was laid out with.
@@ -19,9 +22,11 @@ import argparse
 import ctypes
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -34,6 +39,8 @@ from .files import atomic_write
 from .cli import UserError, add_logging_args, child_error, run_main, setup_logging
 
 PAGE = archive_layout.PAGE
+WINDOW = 64 * 1024  # the kernel's fault-around: a first call maps the resident pages of its aligned 64 KB
+BISECT_ROUNDS = 20  # swap passes per split; they stop earlier once no swap helps
 TRACER = BUILD_ROOT / "host" / "native" / "tools" / "libflexnn_code_trace.so"
 TRACE_NATIVE = BUILD_ROOT / CODE_TRACE_BUILD / "native"
 NCNN_ARCHIVE = "libncnn.a"
@@ -108,21 +115,105 @@ def movable(section: link_map.InputSection) -> bool:
     return section.archive == NCNN_ARCHIVE and section.name.startswith(".text.")
 
 
+def _gain(in_from: int, in_to: int) -> float:
+    """How much closer a plan with `in_from` functions on one side and `in_to` on the other comes to lying
+    on one side when one of them moves across: the change of sum n*log2(n+1), which is convex, so a
+    plan gains most from joining the side that holds most of it."""
+    def g(n: int) -> float:
+        return n * math.log2(n + 1)
+    return g(in_from - 1) + g(in_to + 1) - g(in_from) - g(in_to)
+
+
+def _bisect(entries: list[archive_layout.HotEntry], ran_by: dict[archive_layout.HotEntry, frozenset[int]],
+            size: dict[archive_layout.HotEntry, int]) -> list[archive_layout.HotEntry]:
+    """`entries` ordered so each plan's functions lie in few WINDOW-sized stretches: split in two halves
+    of as many functions, functions swapped across while that keeps more of each plan on one side
+    (balanced graph partitioning, the traces as the hyperedges), each half ordered the same way, down
+    to a window's bytes. Deterministic: ties keep the order given."""
+    if sum(size[e] for e in entries) <= WINDOW or len(entries) < 2:
+        return entries
+    half = len(entries) // 2
+    side = {e: i >= half for i, e in enumerate(entries)}  # True: the right half
+    for _ in range(BISECT_ROUNDS):
+        count = [defaultdict(int), defaultdict(int)]
+        for e in entries:
+            for plan in ran_by[e]:
+                count[side[e]][plan] += 1
+        gains: list[list[tuple[float, int, archive_layout.HotEntry]]] = [[], []]
+        for i, e in enumerate(entries):
+            here, there = count[side[e]], count[not side[e]]
+            gains[side[e]].append((-sum(_gain(here[p], there[p]) for p in ran_by[e]), i, e))
+        moved = 0
+        for (left_gain, _, left), (right_gain, _, right) in zip(sorted(gains[False]), sorted(gains[True])):
+            if -(left_gain + right_gain) <= 0:
+                break
+            side[left], side[right] = True, False
+            moved += 1
+        if not moved:
+            break
+    left_half = [e for e in entries if not side[e]]
+    right_half = [e for e in entries if side[e]]
+    return _bisect(left_half, ran_by, size) + _bisect(right_half, ran_by, size)
+
+
+@dataclass
+class _Traced:
+    """What the runs say of each movable function: the plans that ran it, its address in the traced
+    module, its size and its instruction-set group."""
+    plans: dict[archive_layout.HotEntry, frozenset[int]]
+    first: dict[archive_layout.HotEntry, int]
+    size: dict[archive_layout.HotEntry, int]
+    group: dict[archive_layout.HotEntry, str]
+
+    @classmethod
+    def of(cls, runs: Sequence[list[link_map.InputSection]]) -> _Traced:
+        ran_by: dict[archive_layout.HotEntry, set[int]] = defaultdict(set)
+        traced = cls({}, {}, {}, {})
+        for plan, sections in enumerate(runs):
+            for section in sections:
+                if not movable(section):
+                    continue
+                entry = archive_layout.generic(section.member, archive_layout.original_name(section.name))
+                ran_by[entry].add(plan)
+                traced.first.setdefault(entry, section.address)
+                traced.size[entry] = section.size
+                traced.group[entry] = archive_layout.isa_group(section.member)
+        traced.plans = {e: frozenset(p) for e, p in ran_by.items()}
+        return traced
+
+
 def hot_list(runs: Sequence[list[link_map.InputSection]]) -> list[archive_layout.HotEntry]:
-    """The functions (archive_layout.generic) each plan's run touched (link_map.sections_on_pages),
-    those more plans ran first; among as many, the functions the same plans ran lie together (a plan
-    then maps fewer 64 KB windows), each group in order of address."""
-    ran_by: dict[archive_layout.HotEntry, list[int]] = defaultdict(list)
-    first: dict[archive_layout.HotEntry, int] = {}
-    for plan, sections in enumerate(runs):
-        for section in sections:
-            if not movable(section):
-                continue
-            entry = archive_layout.generic(section.member, archive_layout.original_name(section.name))
-            if plan not in ran_by[entry]:
-                ran_by[entry].append(plan)
-            first.setdefault(entry, section.address)
-    return sorted(ran_by, key=lambda e: (-len(ran_by[e]), ran_by[e], first[e]))
+    """The functions (archive_layout.generic) each plan's run touched (link_map.sections_on_pages), in
+    the order the build lays them out: per instruction-set group (the build places each group apart),
+    arranged by _bisect so the functions one plan ran lie in few 64 KB windows, starting from the
+    functions more plans ran first, those the same plans ran together, in order of address."""
+    t = _Traced.of(runs)
+    start = most_used_first(runs)
+    return [e for g in sorted(set(t.group.values())) for e in _bisect([e for e in start if t.group[e] == g], t.plans, t.size)]
+
+
+def most_used_first(runs: Sequence[list[link_map.InputSection]]) -> list[archive_layout.HotEntry]:
+    """The functions the runs touched, those more plans ran first; among as many, those the same plans
+    ran together, in order of address."""
+    t = _Traced.of(runs)
+    return sorted(t.plans, key=lambda e: (-len(t.plans[e]), sorted(t.plans[e]), t.first[e]))
+
+
+def windows(order: Sequence[archive_layout.HotEntry], runs: Sequence[list[link_map.InputSection]]) -> int:
+    """The WINDOWs the runs' functions occupy, summed over the runs, with `order` (which holds every
+    function they ran) laid out as the build does: group by group, back to back, 16-byte aligned."""
+    t = _Traced.of(runs)
+    start: dict[archive_layout.HotEntry, int] = {}
+    offset = 0
+    for g in sorted(set(t.group.values())):
+        for entry in (e for e in order if t.group.get(e) == g):
+            offset = -(-offset // 16) * 16
+            start[entry], offset = offset, offset + t.size[entry]
+    total = 0
+    for plan in range(len(runs)):
+        ran = [e for e, plans in t.plans.items() if plan in plans]
+        total += len({w for e in ran for w in range(start[e] // WINDOW, (start[e] + t.size[e] - 1) // WINDOW + 1)})
+    return total
 
 
 def merged(traced: Sequence[archive_layout.HotEntry], earlier: Sequence[archive_layout.HotEntry]) -> list[archive_layout.HotEntry]:
@@ -169,11 +260,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     entries = merged(traced, earlier)
     size = sum(s.size for s in {s for run in runs for s in run if movable(s)})
     kept = f"; {len(entries) - len(traced)} more kept from {args.merge}" if args.merge is not None else ""
-    lines = [f"# {len(traced)} functions ({size:,} B here) that {len(runs)} plans ran, most used first{kept};",
+    lines = [f"# {len(traced)} functions ({size:,} B here) that {len(runs)} plans ran, in layout order (code_trace._bisect){kept};",
              "# written by python -m flexnn_ncnn.code_trace, laid out first by the build (archive_layout.py)",
              *(f"{member}\t{section}" for member, section in entries)]
     atomic_write(args.output, lambda f: f.write(("\n".join(lines) + "\n").encode()))
-    print(f"{args.output}: {len(entries)} functions ({len(traced)} traced), {size:,} B of traced code in this build")
+    print(f"{args.output}: {len(entries)} functions ({len(traced)} traced), {size:,} B of traced code in this build; "
+          f"laid out back to back, the {len(runs)} plans' functions take {windows(traced, runs)} 64 KB windows in all "
+          f"({windows(most_used_first(runs), runs)} most used first)")
     return 0
 
 

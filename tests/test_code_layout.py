@@ -111,3 +111,15 @@ def test_code_trace_merges_an_earlier_list_after_what_it_traced(tmp_path: Path) 
     assert read_hot_list(again) == hot  # a function traced and kept is listed once, where the trace put it
     missing = run_module("code_trace", str(plan), "-o", str(again), "--merge", str(tmp_path / "none.txt"))
     assert missing.returncode == 2 and "--merge" in missing.stderr
+
+
+def test_the_hot_list_keeps_what_one_plan_runs_in_fewer_windows_than_most_used_first() -> None:
+    # six plans: code all run, code each half of them runs, and code each runs alone (4 KB functions)
+    families = [(range(6), 16), (range(3), 12), (range(3, 6), 12), *(((p,), 4) for p in range(6))]
+    plans_of = [set(plans) for plans, count in families for _ in range(count)]
+    runs = [[link_map.InputSection(PAGE * f, PAGE, f".text.f{f}", "mat.cpp.o", "libncnn.a")
+             for f, plans in enumerate(plans_of) if p in plans] for p in range(6)]
+    hot = code_trace.hot_list(runs)
+    assert sorted(hot) == sorted({(s.member, s.name) for run in runs for s in run})
+    assert code_trace.windows(hot, runs) < code_trace.windows(code_trace.most_used_first(runs), runs)
+    assert code_trace.hot_list(runs) == hot  # deterministic
