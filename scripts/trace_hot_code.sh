@@ -16,10 +16,11 @@ STRUCTURES="mobilenet_ssd squeezenet_int8 yolo-fastestv2 shufflenet_v2 efficient
             proxylessnasnet squeezenet shufflenet"
 # name and budget: each structure at 16 MB (or its smallest budget where 16 MB does not fit) and at its
 # smallest (spatial tiles: Crop, Concat, Padding), ResNet-152 at its smallest (a spatially tiled stem),
-# VGG-19 at 16 MB (tiled too), and the project's YOLO and UNet structures (detection heads, Interp,
-# Deconvolution)
+# VGG-19 at 16 MB (tiled too), the project's YOLO and UNet structures (detection heads, Interp,
+# Deconvolution), and the transformers near their smallest budgets (Gemm, attention, LayerNorm)
 PLANS="$(for s in $STRUCTURES; do printf 'bench:%s 16MB\nbench:%s min\n' "$s" "$s"; done
-         printf 'mobilenetv2 16MB\nsqueezenet 16MB\nresnet152 min\nvgg19 16MB\nstruct:yolov3_tiny 16MB\nstruct:unet 16MB\n')"
+         printf 'mobilenetv2 16MB\nsqueezenet 16MB\nresnet152 min\nvgg19 16MB\nstruct:yolov3_tiny 16MB\nstruct:unet 16MB\n'
+         printf 'gpt2 10MB\nvit_b16 45MB\n')"
 
 "$PYTHON" -m flexnn_ncnn.build --target host --code-trace
 mkdir -p "$WORK/models"
