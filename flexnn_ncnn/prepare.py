@@ -77,15 +77,17 @@ def _plan(profile: planning.Profile, budget: int | None, reserved: int, mapped: 
     return planning.plan_for_budget(profile, budget, reserved=reserved, mapped=mapped)
 
 
-# the measured uncounted RSS is rounded up to this: the stored value is one process's, and others vary
-# by tens of KB around it
-UNCOUNTED_QUANTUM = 256 * 1024
+# the measured uncounted RSS is one process's, and others vary by tens of KB around it: every plan
+# leaves it this much more, rounded up to UNCOUNTED_QUANTUM (so at least the margin, at most margin +
+# quantum: rounding alone left as little as nothing, and a ViT-B/16 plan at 45 MB ran 7 KB above it)
+UNCOUNTED_MARGIN = 64 * 1024
+UNCOUNTED_QUANTUM = 128 * 1024
 
 
 def _uncounted_rss_bytes(content: sidecar.Sidecar) -> int:
     """The resident memory running `content` holds beyond the runtime's count, measured in a fresh
-    process on a scratch copy of the sidecar (overhead.py) and rounded up to UNCOUNTED_QUANTUM; kept
-    (measured.py) by what it depends on: the build, the model's files, whether layers load
+    process on a scratch copy of the sidecar (overhead.py), plus UNCOUNTED_MARGIN, rounded up to
+    UNCOUNTED_QUANTUM; kept (measured.py) by what it depends on: the build, the model's files, whether layers load
     pre-transformed weights (not that file's bytes, which differ between prepares), the options, the
     input shapes and this package's Python code (the session's own objects are part of it). So
     preparing the same files again, here or in another process, plans with the same value: the plan
@@ -102,7 +104,7 @@ def _uncounted_rss_bytes(content: sidecar.Sidecar) -> int:
         log.info("prepare: a run held %s over idle, %s of it counted: every plan leaves room for the other %s",
                  format_size(run["peak_rss_over_idle_bytes"]), format_size(run["counted_bytes"]),
                  format_size(run["uncounted_rss_bytes"]))
-        return -(-run["uncounted_rss_bytes"] // UNCOUNTED_QUANTUM) * UNCOUNTED_QUANTUM
+        return -(-(run["uncounted_rss_bytes"] + UNCOUNTED_MARGIN) // UNCOUNTED_QUANTUM) * UNCOUNTED_QUANTUM
     return measured.recalled("uncounted_rss", key, measure)
 
 
