@@ -156,64 +156,60 @@ def _bisect(entries: list[archive_layout.HotEntry], ran_by: dict[archive_layout.
     return _bisect(left_half, ran_by, size) + _bisect(right_half, ran_by, size)
 
 
-@dataclass
-class _Traced:
+@dataclass(frozen=True)
+class Traced:
     """What the runs say of each movable function: the plans that ran it, its address in the traced
     module, its size and its instruction-set group."""
     plans: dict[archive_layout.HotEntry, frozenset[int]]
     first: dict[archive_layout.HotEntry, int]
     size: dict[archive_layout.HotEntry, int]
     group: dict[archive_layout.HotEntry, str]
+    runs: int
 
     @classmethod
-    def of(cls, runs: Sequence[list[link_map.InputSection]]) -> _Traced:
+    def of(cls, runs: Sequence[list[link_map.InputSection]]) -> Traced:
         ran_by: dict[archive_layout.HotEntry, set[int]] = defaultdict(set)
-        traced = cls({}, {}, {}, {})
+        first: dict[archive_layout.HotEntry, int] = {}
+        size: dict[archive_layout.HotEntry, int] = {}
+        group: dict[archive_layout.HotEntry, str] = {}
         for plan, sections in enumerate(runs):
             for section in sections:
                 if not movable(section):
                     continue
                 entry = archive_layout.generic(section.member, archive_layout.original_name(section.name))
                 ran_by[entry].add(plan)
-                traced.first.setdefault(entry, section.address)
-                traced.size[entry] = section.size
-                traced.group[entry] = archive_layout.isa_group(section.member)
-        traced.plans = {e: frozenset(p) for e, p in ran_by.items()}
-        return traced
+                first.setdefault(entry, section.address)
+                size[entry] = section.size
+                group[entry] = archive_layout.isa_group(section.member)
+        return cls({e: frozenset(p) for e, p in ran_by.items()}, first, size, group, len(runs))
 
+    def most_used_first(self) -> list[archive_layout.HotEntry]:
+        """Those more plans ran first; among as many, those the same plans ran together, in order of address."""
+        return sorted(self.plans, key=lambda e: (-len(self.plans[e]), sorted(self.plans[e]), self.first[e]))
 
-def hot_list(runs: Sequence[list[link_map.InputSection]]) -> list[archive_layout.HotEntry]:
-    """The functions (archive_layout.generic) each plan's run touched (link_map.sections_on_pages), in
-    the order the build lays them out: per instruction-set group (the build places each group apart),
-    arranged by _bisect so the functions one plan ran lie in few 64 KB windows, starting from the
-    functions more plans ran first, those the same plans ran together, in order of address."""
-    t = _Traced.of(runs)
-    start = most_used_first(runs)
-    return [e for g in sorted(set(t.group.values())) for e in _bisect([e for e in start if t.group[e] == g], t.plans, t.size)]
+    def hot_list(self) -> list[archive_layout.HotEntry]:
+        """In the order the build lays them out: per instruction-set group (the build places each group
+        apart), arranged by _bisect from most_used_first so the functions one plan ran lie in few
+        64 KB windows."""
+        start = self.most_used_first()
+        return [e for g in sorted(set(self.group.values()))
+                for e in _bisect([e for e in start if self.group[e] == g], self.plans, self.size)]
 
-
-def most_used_first(runs: Sequence[list[link_map.InputSection]]) -> list[archive_layout.HotEntry]:
-    """The functions the runs touched, those more plans ran first; among as many, those the same plans
-    ran together, in order of address."""
-    t = _Traced.of(runs)
-    return sorted(t.plans, key=lambda e: (-len(t.plans[e]), sorted(t.plans[e]), t.first[e]))
-
-
-def windows(order: Sequence[archive_layout.HotEntry], runs: Sequence[list[link_map.InputSection]]) -> int:
-    """The WINDOWs the runs' functions occupy, summed over the runs, with `order` (which holds every
-    function they ran) laid out as the build does: group by group, back to back, 16-byte aligned."""
-    t = _Traced.of(runs)
-    start: dict[archive_layout.HotEntry, int] = {}
-    offset = 0
-    for g in sorted(set(t.group.values())):
-        for entry in (e for e in order if t.group.get(e) == g):
-            offset = -(-offset // 16) * 16
-            start[entry], offset = offset, offset + t.size[entry]
-    total = 0
-    for plan in range(len(runs)):
-        ran = [e for e, plans in t.plans.items() if plan in plans]
-        total += len({w for e in ran for w in range(start[e] // WINDOW, (start[e] + t.size[e] - 1) // WINDOW + 1)})
-    return total
+    def windows(self, order: Sequence[archive_layout.HotEntry]) -> int:
+        """The WINDOWs the plans' functions occupy, summed over the plans, with `order` (which holds
+        every function they ran) laid out as the build does: group by group, back to back, 16-byte
+        aligned. An estimate: where the linker starts each group moves the window boundaries."""
+        start: dict[archive_layout.HotEntry, int] = {}
+        offset = 0
+        for g in sorted(set(self.group.values())):
+            for entry in (e for e in order if self.group.get(e) == g):
+                offset = -(-offset // 16) * 16
+                start[entry], offset = offset, offset + self.size[entry]
+        total = 0
+        for plan in range(self.runs):
+            ran = [e for e, plans in self.plans.items() if plan in plans]
+            total += len({w for e in ran for w in range(start[e] // WINDOW, (start[e] + self.size[e] - 1) // WINDOW + 1)})
+        return total
 
 
 def merged(traced: Sequence[archive_layout.HotEntry], earlier: Sequence[archive_layout.HotEntry]) -> list[archive_layout.HotEntry]:
@@ -256,7 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections = link_map.text_sections(link_map_path)
     runs = [link_map.sections_on_pages(sections, trace_in_child(plan, args.tracer, module), PAGE)
             for plan in tqdm(args.plans, desc="trace", unit="plan", disable=None)]
-    traced = hot_list(runs)
+    found = Traced.of(runs)
+    traced = found.hot_list()
     entries = merged(traced, earlier)
     size = sum(s.size for s in {s for run in runs for s in run if movable(s)})
     kept = f"; {len(entries) - len(traced)} more kept from {args.merge}" if args.merge is not None else ""
@@ -265,8 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              *(f"{member}\t{section}" for member, section in entries)]
     atomic_write(args.output, lambda f: f.write(("\n".join(lines) + "\n").encode()))
     print(f"{args.output}: {len(entries)} functions ({len(traced)} traced), {size:,} B of traced code in this build; "
-          f"laid out back to back, the {len(runs)} plans' functions take {windows(traced, runs)} 64 KB windows in all "
-          f"({windows(most_used_first(runs), runs)} most used first)")
+          f"laid out back to back, the {len(runs)} plans' functions take {found.windows(traced)} 64 KB windows in all "
+          f"({found.windows(found.most_used_first())} most used first)")
     return 0
 
 

@@ -87,8 +87,8 @@ UNCOUNTED_QUANTUM = 128 * 1024
 def _uncounted_rss_bytes(content: sidecar.Sidecar) -> int:
     """The resident memory running `content` holds beyond the runtime's count, measured in a fresh
     process on a scratch copy of the sidecar (overhead.py), plus UNCOUNTED_MARGIN, rounded up to
-    UNCOUNTED_QUANTUM; kept (measured.py) by what it depends on: the build, the model's files, whether layers load
-    pre-transformed weights (not that file's bytes, which differ between prepares), the options, the
+    UNCOUNTED_QUANTUM; kept (measured.py) by what it depends on: the build, the model's files, whether
+    layers load pre-transformed weights (not that file's bytes, which differ between prepares), the options, the
     input shapes and this package's Python code (the session's own objects are part of it). So
     preparing the same files again, here or in another process, plans with the same value: the plan
     that fitted fits, and the same slice command gives the same answer."""

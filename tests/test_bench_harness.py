@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -281,3 +282,23 @@ def test_results_from_two_machines_name_theirs():
     results = [{"model": {"name": n}, "machine": {"cpu": cpu}} for n, cpu in (("a", "X"), ("b", "Y"), ("c", "X"))]
     assert report._machines(results) == ["Machines:", "", "- cpu X: a, c", "- cpu Y: b", ""]
     assert report._machines(results[:1]) == ["Machine: cpu X", ""]
+
+
+def test_the_rss_sampler_measures_a_childs_last_program(tmp_path):
+    # a child that holds 200 MB, then execs into a program holding little (as the runtime's child execs
+    # into its session): the peak is the second program's
+    second = "import time; time.sleep(1.0)"
+    first = textwrap.dedent(f"""
+        import os, sys, time
+        held = bytearray(200 * 2**20)
+        held[::4096] = b"x" * len(held[::4096])
+        time.sleep(0.5)
+        os.execv(sys.executable, [sys.executable, "-c", {second!r}])
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", first])
+    sampler = harness._Sampler(proc.pid, tmp_path / "none.bin", 0.005)
+    sampler.start()
+    proc.wait()
+    sampler.stop.set()
+    sampler.join()
+    assert 0 < sampler.rss_peak < 100 * 2**20

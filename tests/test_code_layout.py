@@ -119,7 +119,8 @@ def test_the_hot_list_keeps_what_one_plan_runs_in_fewer_windows_than_most_used_f
     plans_of = [set(plans) for plans, count in families for _ in range(count)]
     runs = [[link_map.InputSection(PAGE * f, PAGE, f".text.f{f}", "mat.cpp.o", "libncnn.a")
              for f, plans in enumerate(plans_of) if p in plans] for p in range(6)]
-    hot = code_trace.hot_list(runs)
+    traced = code_trace.Traced.of(runs)
+    hot = traced.hot_list()
     assert sorted(hot) == sorted({(s.member, s.name) for run in runs for s in run})
-    assert code_trace.windows(hot, runs) < code_trace.windows(code_trace.most_used_first(runs), runs)
-    assert code_trace.hot_list(runs) == hot  # deterministic
+    assert traced.windows(hot) < traced.windows(traced.most_used_first())
+    assert code_trace.Traced.of(runs).hot_list() == hot  # deterministic
