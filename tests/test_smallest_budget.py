@@ -1,12 +1,13 @@
 """The smallest budget `slice` names is honest (issue 13): a budget at or above it slices, prepares,
 plans and runs (feasibility is monotone in the budget the user gives), the same command at it gives
 the same answer every time, and a budget its search found infeasible is refused naming a budget that
-was verified. (Not any budget below it: the search bisects to 256 KiB or 1%, and the fit loop is not
+was verified. (Not any budget below it: the search bisects to 64 KiB or 1%, and the fit loop is not
 monotone, so a budget between or below its failing probes may still fit.)
 
 Three models: the tiny ResNet-152 of the zoo, and two of the project's structures. Each `slice` is
 a separate process, as a user runs it: the uncounted RSS each prepare measures differs by tens of KB
-from one process to the next, which prepare rounds up to 256 KiB so that a plan does not."""
+from one process to the next: prepare adds 64 KiB, rounds up to 128 KiB and keeps the value
+(measured.py), so that a plan does not."""
 
 from __future__ import annotations
 
