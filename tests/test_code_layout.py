@@ -35,7 +35,7 @@ def test_the_hot_functions_are_linked_ahead_of_ncnns_other_code(text_sections: l
 
 
 def test_the_runtimes_own_code_is_compiled_for_size(text_sections: list[link_map.InputSection]) -> None:
-    # every 64 KB window of it a Session first runs stays resident: at -O3 it took 282 KB
+    # every 64 KB window of it a Session first runs stays resident: at -O3 it took 311 KB
     runtime = [s for s in text_sections if s.archive == "libflexnn_runtime.a"]
     assert runtime and sum(s.size for s in runtime) < 160 * 1024
 
