@@ -98,8 +98,12 @@ def smallest_working_set(a: LayerAnalysis, target: Target, measure: Measure | No
     measured of each kernel's finest cut (its last option)."""
     if measure is None:
         return min(a.model.cost(k, w, t).total for k, w, t in _options(a, target))
-    finest = {kernel: (kernel, width, tiles) for kernel, width, tiles in _options(a, target)}
-    return min(measure(a, *option).total for option in finest.values())
+    return min(measure(a, *option).total for option in _finest(a, target))
+
+
+def _finest(a: LayerAnalysis, target: Target) -> set[tuple[str, int, int]]:
+    """Each kernel's finest cut (its last option)."""
+    return set({kernel: (kernel, width, tiles) for kernel, width, tiles in _options(a, target)}.values())
 
 
 class _Gate:
@@ -109,18 +113,22 @@ class _Gate:
     rests on measurements, and the estimate only orders and skips options, corrected by them. The
     tiled path (tiles > 1) is scaled apart from the whole one: what the estimate misses there is often
     the very buffer tiles cut (a 1x1 convolution's packed input: estimated 0 B, measured a full input
-    whole and a tile's worth tiled), so the whole path's ratio would skip the option that fits."""
+    whole and a tile's worth tiled), so the whole path's ratio would skip the option that fits. Each
+    kernel's finest cut is always measured: smallest_working_set measured it, and a budget that covers
+    that need must find it."""
 
-    def __init__(self, a: LayerAnalysis, limit: int, measure: Measure | None):
+    def __init__(self, a: LayerAnalysis, limit: int, measure: Measure | None, target: Target):
         self.a, self.limit, self.measure = a, limit, measure
         self.scale: dict[tuple[str, bool], float] = {}
+        self.finest = _finest(a, target) if measure is not None else set()
 
     def fits(self, kernel: str, width: int, tiles: int) -> Cost | None:
         estimate = self.a.model.cost(kernel, width, tiles)
         if self.measure is None:
             return estimate if estimate.total <= self.limit else None
         path = (kernel, tiles > 1)
-        if path in self.scale and estimate.total * self.scale[path] > self.limit:
+        if (path in self.scale and estimate.total * self.scale[path] > self.limit
+                and (kernel, width, tiles) not in self.finest):
             return None
         measured = self.measure(self.a, kernel, width, tiles)
         self.scale.setdefault(path, measured.total / max(estimate.total, 1))
@@ -136,7 +144,7 @@ def decide(a: LayerAnalysis, limit: int, target: Target, measure: Measure | None
     m = a.model
     fastest = m.kernels[0]
     before = measure(a, fastest, m.rows, 1) if measure else m.cost(fastest, m.rows)
-    gate = _Gate(a, limit, measure)
+    gate = _Gate(a, limit, measure, target)
     for kernel, width, tiles in _options(a, target):
         cost = gate.fits(kernel, width, tiles)
         if cost is None:
@@ -166,7 +174,7 @@ def decide_streamed(a: LayerAnalysis, d: LayerDecision, target: Target, stream: 
     if not d.kernel.startswith("winograd") or not isinstance(m, (ConvModel, GroupedConvModel)):
         return d
     conv = m if isinstance(m, ConvModel) else m.group  # a grouped layer's groups, each alike
-    gate = _Gate(a, d.limit, measure)
+    gate = _Gate(a, d.limit, measure, target)
     fitting = ((o, gate.fits(*o)) for o in _streamed_im2col_options(conv, target))
     option, cost = next(((o, c) for o, c in fitting if c is not None), (None, None))
     if option is None or cost is None:
@@ -189,7 +197,7 @@ def _groups_apart(a: LayerAnalysis, d: LayerDecision, target: Target, measure: M
     assert isinstance(a.model, GroupedConvModel)
     if d.kernel != GROUPED or not a.model.worth_apart_when_streamed():
         return d
-    gate = _Gate(a, d.limit, measure)
+    gate = _Gate(a, d.limit, measure, target)
     for kernel, width, tiles in _options(a, target):
         cost = gate.fits(kernel, width, tiles) if kernel != GROUPED else None
         if cost is not None:
@@ -216,8 +224,8 @@ def _streamed_im2col_options(m: ConvModel, target: Target) -> Iterator[tuple[str
 
 def _weights_sliced(kernel: str, rows: int, tiles: int, target: Target) -> Iterator[tuple[str, int, int]]:
     """An input-sliced kernel also cut by output channels, fewest slices first, each with `tiles`: the
-    raw-size weights of a wide layer can then dominate it (NCNN honours im2col+GEMM's choice, not
-    direct's: where Winograd fits nowhere, this is the way down)."""
+    raw-size weights of a wide layer can then dominate it (where Winograd fits nowhere, this is the
+    way down before the slower direct kernel)."""
     for width in slice_widths(rows, target.simd_width):
         if width < rows:
             yield kernel, width, tiles

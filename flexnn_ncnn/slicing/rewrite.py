@@ -8,7 +8,8 @@ one contiguous range of output channels/rows with its weights in the storage the
 fp16, byte for byte). The Concat takes the original top's name, so consumers are untouched.
 
 Convolutions also record the chosen kernel and im2col tile count in param ids 26 and 27, which stock
-NCNN's Convolution ignores (it reads 0-19, 30, 31) and the patched layer reads; see docs/SLICING.md.
+NCNN's Convolution ignores (it reads 0-19, 30, 31) and the patched layer (26=2, 27) or the runtime
+(26=1: direct) reads; see docs/SLICING.md.
 """
 
 from __future__ import annotations

@@ -4,12 +4,25 @@
 #include "runtime/transformed_weights.h"
 
 #include <datareader.h>
+#include <layer_type.h>
 
 #include <utility>
 
 namespace flexnn {
 
 namespace {
+
+// `opt` with the kernels NCNN would choose over the direct one turned off, when `direct`
+ncnn::Option kernel_option(const ncnn::Option& opt, bool direct)
+{
+    ncnn::Option o = opt;
+    if (direct)
+    {
+        o.use_winograd_convolution = false;
+        o.use_sgemm_convolution = false;
+    }
+    return o;
+}
 
 enum FlagBit : uint32_t
 {
@@ -126,6 +139,8 @@ Status PlannedLayer::build(const ncnn::ModelBin& mb, const ncnn::Option& opt, nc
     layer->featmask = featmask;
     if (layer->load_param(pd) != 0)
         return Status::error("layer " + name + ": load_param failed");
+    direct_ = typeindex == ncnn::LayerType::Convolution && pd.get(kKernelTypeParam, 0) == kDirectKernel;
+    const ncnn::Option layer_opt = kernel_option(opt, direct_);
     if (bounded_)
     {
         s = OutputBound::for_layer(type, pd, bounded_->bound);
@@ -138,16 +153,16 @@ Status PlannedLayer::build(const ncnn::ModelBin& mb, const ncnn::Option& opt, nc
     int created = -1;
     try
     {
-        created = layer->create_pipeline(opt);
+        created = layer->create_pipeline(layer_opt);
     }
     catch (...)
     {
-        layer->destroy_pipeline(opt); // what it made before throwing
+        layer->destroy_pipeline(layer_opt); // what it made before throwing
         throw;
     }
     if (created != 0)
     {
-        layer->destroy_pipeline(opt);
+        layer->destroy_pipeline(layer_opt);
         return Status::error("layer " + name + ": create_pipeline failed");
     }
     // NCNN reads shape hints in create_pipeline only (Convolution's kernel choice): the next load sets them again
@@ -178,11 +193,13 @@ void PlannedLayer::release_bounded_top()
 }
 
 template<typename Compute>
-int PlannedLayer::compute(const std::vector<ncnn::Mat>* bottoms, const ncnn::Option& opt, Compute&& compute) const
+int PlannedLayer::compute(const std::vector<ncnn::Mat>* bottoms, const ncnn::Option& net_opt, Compute&& compute) const
 {
+    // waits for this layer's load: what build set (real_, direct_) is read after it
     int ret = hooks_->before_compute(layer_index_);
     if (ret != 0)
         return hooks_->after_compute(layer_index_, ret);
+    const ncnn::Option opt = kernel_option(net_opt, direct_);
     // NCNN returns its errors, but what it calls may throw (std::bad_alloc): never through NCNN's frames
     try
     {

@@ -41,6 +41,10 @@ uint32_t layer_flags(const ncnn::Layer& layer);
 // one: the slicer so marks the Crop and Concat of int8 blobs, whose packs NCNN's CPU Crop and Concat
 // read as floats, while the reference ones copy elements of any size (the Net unpacks their inputs)
 const int kReferenceLayerParam = 29; // slicing/rewrite.py REFERENCE_LAYER_ID
+// A Convolution whose params set this id (patch 0002's kernel_type) to kDirectKernel is built and run
+// with Winograd and im2col+GEMM off, so NCNN runs its direct kernel, as the slicer chose and measured
+const int kKernelTypeParam = 26;  // slicing/rewrite.py KERNEL_PARAM_ID
+const int kDirectKernel = 1;      // slicing/rewrite.py KERNEL_CODES["direct"]
 
 class LayerParams : public ncnn::ParamDict
 {
@@ -112,6 +116,7 @@ private:
     ComputeHooks* const hooks_;
     const std::vector<ncnn::Blob>& blobs_;
     std::unique_ptr<ncnn::Layer> real_;
+    bool direct_ = false; // its params ask for the direct kernel (set by load, read by forward)
     const std::unique_ptr<Bounded> bounded_; // null for a layer whose output size is its inputs' alone
 };
 
