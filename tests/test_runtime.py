@@ -47,12 +47,13 @@ def _floats(rng: np.random.Generator, n: int) -> bytes:
     return (rng.standard_normal(n) * 0.2).astype("<f4").tobytes()
 
 
+# conv2 is marked direct (26=1, which stock NCNN ignores): the runtime runs it with Winograd off
 RESIDUAL_PARAM = """7767517
 10 11
 Input            data   0 1 data 0=16 1=16 2=8
 Convolution      conv1  1 1 data c1 0=16 1=3 4=1 5=1 6=1152 9=1
 Split            split  1 2 c1 s0 s1
-Convolution      conv2  1 1 s0 c2 0=16 1=3 4=1 5=1 6=2304 9=1
+Convolution      conv2  1 1 s0 c2 0=16 1=3 4=1 5=1 6=2304 9=1 26=1
 Convolution      conv3  1 1 c2 c3 0=16 1=3 4=1 5=1 6=2304
 BinaryOp         add    2 1 c3 s1 sum 0=0
 ReLU             relu   1 1 sum r
