@@ -25,8 +25,10 @@ import pytest
 from flexnn_ncnn import Session
 from helpers import assert_close, assert_counted_within_budget, assert_user_error, run_module, stock_output
 
-# above the smallest budget by this: a first slicing, made with nothing reserved beside the arena, misses
+# above the smallest budget by up to RETRY_STEPS of this: a first slicing, made with nothing reserved
+# beside the arena, misses
 RETRY_ABOVE = 64 * 1024
+RETRY_STEPS = 8
 NO_FIT = 650_000
 # a later prepare measures the uncounted RSS again: it differs by some 10 KB between processes
 RSS_NOISE = 256 * 1024
@@ -45,15 +47,20 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, np.ndarr
 
 def test_an_infeasible_first_slicing_is_tightened_until_the_plan_fits(model, tmp_path: Path) -> None:
     """Just above the smallest budget, the first slicing leaves nothing for what the process holds beside
-    the arena; the loop tightens every layer's limit by the shortfall and slices again."""
+    the arena; the loop tightens every layer's limit by the shortfall and slices again. Slicings are
+    discrete, so which budgets just above the smallest need the retry depends on this machine's
+    measurements: the first of a few steps above it that does is the one checked."""
     param, shape, x = model
     search = run_module("slice", str(param), "--budget", "min", "--input-shape", shape, "-o", str(tmp_path / "min"), "--no-pretransform")
     assert search.returncode == 0, search.stderr
-    budget = json.loads((tmp_path / "min" / "resnet152.flexnn.slicing.json").read_text())["min_search"]["smallest"] + RETRY_ABOVE
-    proc = run_module("slice", str(param), "--budget", str(budget), "--input-shape", shape, "-o", str(tmp_path), "-v",
-                      "--no-pretransform")
-
-    assert proc.returncode == 0, proc.stderr
+    smallest = json.loads((tmp_path / "min" / "resnet152.flexnn.slicing.json").read_text())["min_search"]["smallest"]
+    for step in range(1, RETRY_STEPS + 1):
+        budget = smallest + step * RETRY_ABOVE
+        proc = run_module("slice", str(param), "--budget", str(budget), "--input-shape", shape, "-o", str(tmp_path), "-v",
+                          "--no-pretransform")
+        assert proc.returncode == 0, proc.stderr
+        if "attempt 1" in proc.stderr:
+            break
     assert "attempt 1" in proc.stderr and "more" in proc.stderr  # the first slicing did not fit
     plan = tmp_path / "resnet152.flexnn.plan.json"
     session = Session(plan)
