@@ -144,8 +144,13 @@ def _mutate_json(text: str, rng: random.Random) -> str:
     parent = data
     for key in path[:-1]:
         parent = parent[key]
-    kind = rng.randrange(4)
-    if kind == 0 and isinstance(parent, dict):
+    kind = rng.randrange(5)
+    value = parent[path[-1]]
+    if kind == 4 and isinstance(value, str) and value.split():  # a column of numbers: one value to a boundary or garbage
+        tokens = value.split()
+        tokens[rng.randrange(len(tokens))] = rng.choice((*BOUNDARY_NUMBERS, "x", "1.5", "1e3", "-", "nan", "9" * 25))
+        parent[path[-1]] = " ".join(tokens)
+    elif kind == 0 and isinstance(parent, dict):
         del parent[path[-1]]
     elif kind == 1 and isinstance(parent, dict):
         parent["unexpected_" + str(rng.randrange(100))] = 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from dataclasses import dataclass, replace
 from types import ModuleType
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -21,21 +22,22 @@ from typing import Any
 import numpy as np
 
 from .cli import UserError
-from .jsonfields import columns as _columns
 from .jsonfields import field as _field
+from .jsonfields import number_columns, number_text, numbers
 from .native import REBUILD
 from .units import format_size
 
 log = logging.getLogger(__name__)
 
 ROLES = ("weight", "activation", "intermediate")  # index = the C++ Role value
-# the profile's and plan's tables, as the sidecar stores them: a list per field (docs/PLAN_FORMAT.md)
-TENSOR_FIELDS = {"layer": int, "role": str, "ordinal": int, "size": int, "first_use": int, "last_use": int, "transformed": bool,
-                 "released_before": int}
+# the profile's and plan's tables, as the sidecar stores them: a column of numbers per field, the
+# roles by name, `transformed` 0 or 1 (docs/PLAN_FORMAT.md); the dtype each column is read as
+TENSOR_FIELDS = {"layer": np.int64, "role": np.int64, "ordinal": np.int64, "size": np.int64, "first_use": np.int64,
+                 "last_use": np.int64, "transformed": np.int64, "released_before": np.int64}
 TENSOR_COLUMN = {name: k for k, name in enumerate(TENSOR_FIELDS)}  # a field's column in Profile.columns[0]
-LAYER_FIELDS = {"load_us": float, "compute_us": float}
-PLACEMENT_FIELDS = {"offset": int, "load_after": int}
-DEPENDENCY_FIELDS = {"comp": int, "load": int}
+LAYER_FIELDS = {"load_us": np.float64, "compute_us": np.float64}
+PLACEMENT_FIELDS = {"offset": np.int64, "load_after": np.int64}
+DEPENDENCY_FIELDS = {"comp": np.int64, "load": np.int64}
 ALGORITHMS = ("flexnn", "algorithm1")  # what the planner makes
 # what a plan may name: "swapnet" plans are the benchmark's block-streaming baseline (bench/swapnet.py)
 PLAN_ALGORITHMS = (*ALGORITHMS, "swapnet")
@@ -133,29 +135,68 @@ class Profile:
     def __repr__(self) -> str:
         return f"Profile({len(self.columns[0])} tensors, {len(self.columns[1])} layers)"
 
+    def copy(self) -> Profile:
+        """A profile of these columns, read once."""
+        return Profile.from_columns(*self.columns)
+
     def validate(self) -> None:
         message = _planner_call("validate_profile", *self.columns)
         if message:
             raise UserError(message)
 
     def to_dict(self) -> dict[str, Any]:
-        """Columns, one list per field (the roles by name)."""
+        """Columns, a string of numbers per field (the roles by name)."""
         tensors, layers = self.columns
-        table = {name: tensors[:, k].tolist() for k, name in enumerate(TENSOR_FIELDS)}
-        table["role"] = [ROLES[r] for r in table["role"]]
-        table["transformed"] = [bool(t) for t in table["transformed"]]
-        return {"layers": {name: layers[:, k].tolist() for k, name in enumerate(LAYER_FIELDS)}, "tensors": table}
+        table = {name: number_text(tensors[:, k]) for k, name in enumerate(TENSOR_FIELDS)}
+        table["role"] = " ".join(ROLES[r] for r in tensors[:, TENSOR_COLUMN["role"]].tolist())
+        return {"layers": {name: number_text(layers[:, k]) for k, name in enumerate(LAYER_FIELDS)}, "tensors": table}
 
     @staticmethod
     def from_dict(d: Mapping[str, Any], where: str = "profile") -> Profile:
-        layers = _columns(_field(d, "layers", dict, where), LAYER_FIELDS, f"{where}.layers")
-        tensors = _columns(_field(d, "tensors", dict, where), TENSOR_FIELDS, f"{where}.tensors", {"size": 1})
-        roles = TENSOR_COLUMN["role"]
-        for i, role in enumerate(tensors[roles]):
-            if role not in ROLES:
-                raise UserError(f"{where}.tensors.role[{i}] is {role!r}, not one of {', '.join(ROLES)}")
-        tensors[roles] = [ROLES.index(role) for role in tensors[roles]]
-        return Profile.from_columns(_table(tensors, np.int64, where), _table(layers, np.float64, where))
+        """Read as columns: the form (the ranges of the values) is checked by `validate` and the native
+        runtime, which take these arrays."""
+        layers = number_columns(_field(d, "layers", dict, where), LAYER_FIELDS, f"{where}.layers")
+        tensors = _field(d, "tensors", dict, where)
+        roles = _role_numbers(_field(tensors, "role", str, f"{where}.tensors"), f"{where}.tensors")
+        columns = number_columns({**tensors, "role": roles}, TENSOR_FIELDS, f"{where}.tensors")
+        return Profile.from_columns(_stacked(columns, np.int64), _stacked(layers, np.float64))
+
+
+_ROLE_INDICES = re.compile(r"\s*([0-2](\s+[0-2])*)?\s*")
+
+
+def _role_numbers(names: str, where: str) -> str:
+    """The role column (names separated by spaces) as their indices in ROLES, a column `numbers` reads;
+    a UserError names the first value that is not exactly one role."""
+    indices = names
+    for i, role in enumerate(ROLES):
+        indices = indices.replace(role, str(i))
+    if not re.search(r"\d", names) and _ROLE_INDICES.fullmatch(indices):
+        return indices
+    for i, role in enumerate(names.split()):  # the failure path: find the value
+        if role not in ROLES:
+            raise UserError(f"{where}.role[{i}] is {role!r}, not one of {', '.join(ROLES)}")
+    raise AssertionError("every name is a role, yet the column did not read as their indices")
+
+
+class HeldProfile(Profile):
+    """A profile another owner holds (a Session's native runtime): its columns are read from that owner
+    each time they are asked for, a fresh copy, so this process keeps no second copy between uses."""
+
+    def __init__(self, columns: Callable[[], tuple[np.ndarray, np.ndarray]]):
+        self._read = columns
+
+    @property  # type: ignore[override]
+    def columns(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._read()
+
+
+def _stacked(columns: Sequence[np.ndarray], dtype: type) -> np.ndarray:
+    """Equal-length arrays as a C-contiguous table of `dtype`, a row per entry (the columns copied in)."""
+    table = np.empty((len(columns[0]), len(columns)), dtype)
+    for k, column in enumerate(columns):
+        table[:, k] = column
+    return table
 
 
 def _table(columns: list[list[Any]], dtype: type, where: str) -> np.ndarray:
@@ -223,13 +264,19 @@ def placement_rows(offsets: Sequence[int], load_after: Sequence[int], pinned: Se
     return Rows(_table([list(offsets), list(load_after), [int(p) for p in pinned]], np.int64, "plan"), _placement)
 
 
-def pair_rows(pairs: Sequence[Sequence[int]], where: str = "plan") -> Rows:
-    """Integer pairs as Rows of a two-column int64 table, each row read as a tuple."""
+def pair_rows(pairs: Sequence[Sequence[int]] | np.ndarray, where: str = "plan") -> Rows:
+    """Integer pairs (an (n, 2) int64 array is taken as it is) as Rows of a two-column int64 table, each
+    row read as a tuple."""
+    if isinstance(pairs, np.ndarray):
+        return Rows(np.ascontiguousarray(pairs, np.int64).reshape(-1, 2), _pair)
     return Rows(_table([[p[0] for p in pairs], [p[1] for p in pairs]], np.int64, where), _pair)
 
 
-def int_rows(values: Sequence[int], where: str) -> Rows:
-    """Integers as Rows of a one-column int64 table, each row read as its integer."""
+def int_rows(values: Sequence[int] | np.ndarray, where: str) -> Rows:
+    """Integers (an int64 array is taken as it is) as Rows of a one-column int64 table, each row read
+    as its integer."""
+    if isinstance(values, np.ndarray):
+        return Rows(np.ascontiguousarray(values, np.int64).reshape(-1, 1), _single)
     return Rows(_table([list(values)], np.int64, where), _single)
 
 
@@ -277,9 +324,9 @@ class Plan:
         return {
             "algorithm": self.algorithm, "budget": self.budget, "alignment": self.alignment,
             "arena_bytes": self.arena_bytes, "lower_bound": self.lower_bound, "mapped": self.mapped,
-            "tensors": {name: table[:, k].tolist() for k, name in enumerate(PLACEMENT_FIELDS)},
-            "pinned_weights": self.pinned_weights,
-            "dependencies": {name: dependencies[:, k].tolist() for k, name in enumerate(DEPENDENCY_FIELDS)},
+            "tensors": {name: number_text(table[:, k]) for k, name in enumerate(PLACEMENT_FIELDS)},
+            "pinned_weights": number_text(self.pinned_weights),
+            "dependencies": {name: number_text(dependencies[:, k]) for k, name in enumerate(DEPENDENCY_FIELDS)},
         }
 
     @staticmethod
@@ -287,17 +334,18 @@ class Plan:
         algorithm = _field(d, "algorithm", str, where)
         if algorithm not in PLAN_ALGORITHMS:
             raise UserError(f"{where}.algorithm is {algorithm!r}, not one of {', '.join(PLAN_ALGORITHMS)}")
-        offsets, load_after = _columns(_field(d, "tensors", dict, where), PLACEMENT_FIELDS, f"{where}.tensors", {"offset": 0})
-        pinned = [False] * len(offsets)
-        for i, index in enumerate(_field(d, "pinned_weights", list, where)):
-            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(offsets):
-                raise UserError(f"{where}.pinned_weights[{i}] is not a tensor index")
-            pinned[index] = True
-        comp, load = _columns(_field(d, "dependencies", dict, where), DEPENDENCY_FIELDS, f"{where}.dependencies")
+        offsets, load_after = number_columns(_field(d, "tensors", dict, where), PLACEMENT_FIELDS, f"{where}.tensors")
+        pinned = np.zeros(len(offsets), np.int64)
+        for i, index in enumerate(memoryview(numbers(d, "pinned_weights", np.int64, where))):
+            if not 0 <= index < len(offsets):
+                raise UserError(f"{where}.pinned_weights[{i}] is {index}, not a tensor index")
+            pinned[index] = 1
+        dependencies = _stacked(number_columns(_field(d, "dependencies", dict, where), DEPENDENCY_FIELDS,
+                                               f"{where}.dependencies"), np.int64)
         mapped = _field(d, "mapped", bool, where) if "mapped" in d else False
         return Plan(algorithm, _field(d, "budget", int, where, 0), _field(d, "alignment", int, where, 1),
                     _field(d, "arena_bytes", int, where, 0), _field(d, "lower_bound", int, where, 0),
-                    placement_rows(offsets, load_after, pinned), pair_rows(list(zip(comp, load))), mapped)
+                    Rows(_stacked([offsets, load_after, pinned], np.int64), _placement), Rows(dependencies, _pair), mapped)
 
     def columns(self) -> dict[str, Any]:
         """The form `_planner` takes."""

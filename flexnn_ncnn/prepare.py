@@ -35,6 +35,7 @@ from . import __version__, measured, native, overhead, planning, sidecar
 from .cli import UserError, add_logging_args, run_main, setup_logging
 from .fetch import sha256_of
 from .files import sampled_digest
+from .jsonfields import number_text
 from .ncnn_model import Graph, declared_input_shapes, parse_input_shapes, read_param
 from .units import format_size, parse_size
 
@@ -158,16 +159,15 @@ def _prepared(module: Any, param: Path, bin_path: Path, graph: Graph, shapes: di
                                   transformed=str(transformed or ""))
     except RuntimeError as e:
         raise UserError(f"prepare {param}: {e}") from None
-    tensors, layers = prepared["profile"]
-    profile = planning.Profile(
-        tuple(planning.TensorUse(l, planning.ROLES[r], o, s, f, u, t, b) for l, r, o, s, f, u, t, b in tensors),
-        tuple(planning.LayerCost(load, comp) for load, comp in layers))
+    profile = planning.Profile.from_columns(*prepared["profile"])
     outside = int(prepared["outside_bytes"])
     if outside:
         log.info("prepare: %s were requested from OpenMP workers: every plan leaves room for them beside the arena",
                  format_size(outside))
-    schedule = {**prepared["schedule"], "ranges": [list(r) for r in prepared["schedule"]["ranges"]],  # JSON's form
-                "input_uses": [list(u) for u in prepared["schedule"]["input_uses"]]}
+    recorded = prepared["schedule"]
+    schedule = {"inputs": recorded["inputs"], "outputs": recorded["outputs"],  # JSON's form, read as a sidecar's
+                "order": number_text(recorded["order"]), "ranges": number_text([v for r in recorded["ranges"] for v in r]),
+                "flags": number_text(recorded["flags"]), "input_uses": [list(u) for u in recorded["input_uses"]]}
     if list(schedule["inputs"]) != list(graph.inputs):
         raise UserError(f"prepare {param}: the runtime feeds inputs {schedule['inputs']}, the graph declares {graph.inputs}")
     try:

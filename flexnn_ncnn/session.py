@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import mmap
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -68,7 +69,7 @@ class Session:
         # loaded first: loading the runtime fixes malloc's thresholds (csrc/runtime/heap_policy.h), so
         # what reading the sidecar frees is unmapped, whatever this process freed before
         module = native.load()
-        content = sidecar.load(path)
+        content = sidecar.load(path, native_checks=False)  # the Executor checks the profile, set_plan each plan
         param, bin_path = content.model_files(path)
         transformed = content.transformed_file(path)
         for which, file in (("param", param), ("bin", bin_path), ("transformed", transformed)):
@@ -81,15 +82,13 @@ class Session:
         sidecar.verify(content, sidecar.Expected.for_run(param, bin_path, threads, module.build_info(), transformed),
                        str(path))
         self.path = path
-        self.sidecar = content
-        self.profile = content.profile
         self.input_shapes: dict[str, tuple[int, ...]] = content.input_shapes()
         self.map_weights = content.plan.mapped if map_weights is None else map_weights
         if not reset_peak_rss():
             log.warning("cannot reset the peak RSS: VmHWM includes what ran before the session")
         self._idle_rss = status_bytes("VmRSS")
         target = content.target
-        tensors, layers = self.profile.columns
+        tensors, layers = content.profile.columns
         try:
             self._executor = module.Executor(
                 str(param), str(bin_path), content.executor_schedule(), tensors, layers, threads=target.threads,
@@ -99,6 +98,11 @@ class Session:
                 map_weights=self.map_weights)
         except (RuntimeError, ValueError, TypeError, OverflowError) as e:  # Type/OverflowError: a number out of the runtime's range
             raise UserError(f"{path}: {str(e).splitlines()[0]}") from None
+        # from here the runtime holds the profile, and this process no second copy of it: read back
+        # (planning.HeldProfile) when asked for, e.g. to re-plan
+        del tensors, layers
+        self.sidecar = replace(content, profile=planning.HeldProfile(self._executor.profile))
+        self.profile: planning.Profile = self.sidecar.profile
         self.inputs: list[str] = list(content.inputs)
         self.outputs: list[str] = list(content.schedule.outputs)
         self._load_waits_us: list[float] = []
@@ -120,8 +124,8 @@ class Session:
     def _set_plan(self, plan: planning.Plan) -> None:
         try:
             self._executor.set_plan(plan.columns())
-        except (RuntimeError, TypeError) as e:
-            raise UserError(str(e).splitlines()[0]) from None
+        except (RuntimeError, TypeError) as e:  # the runtime's checker refused it (a plan of a damaged sidecar)
+            raise UserError(f"{self.path}: {str(e).splitlines()[0]}") from None
         self.plan = plan
 
     def set_budget(self, budget: int) -> None:
@@ -133,8 +137,9 @@ class Session:
         stored = self.sidecar.plan_for(budget)
         if (stored is None or stored.arena_bytes + planning.ARENA_MARGIN + self.reserved_bytes > budget
                 or stored.mapped != (self.map_weights and planning.has_transformed(self.profile))):
-            try:
-                stored = planning.plan_for_budget(self.profile, budget, reserved=self.reserved_bytes, mapped=self.map_weights)
+            try:  # the profile read back from the runtime once, for this re-plan
+                stored = planning.plan_for_budget(self.profile.copy(), budget, reserved=self.reserved_bytes,
+                                                  mapped=self.map_weights)
             except planning.InfeasibleBudget as e:
                 # the profile is of the model as sliced: a smaller budget may need it sliced again
                 raise planning.InfeasibleBudget(e.budget, e.min_feasible_budget, e.reason,

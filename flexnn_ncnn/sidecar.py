@@ -22,18 +22,22 @@ from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from . import __version__, fetch, patches, planning
 from .cli import UserError
 from .files import atomic_write, sampled_digest
 from .jsonfields import field as _field
+from .jsonfields import number_text, numbers
 from .planning import ROLES, TENSOR_COLUMN, Plan, Profile, Rows
 
 SCHEMA = "flexnn-plan"
-SCHEMA_VERSION = 9  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
+SCHEMA_VERSION = 10  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
 # 5: uncounted_rss_bytes; 6: build.runtime_version, target.cpu_features, sampled .bin/.transformed digests;
 # 7: the profile's and plans' tables as columns, no copy of the slicer's decisions (a Session holds less);
 # 8: profile.tensors.released_before (intermediates of one layer share bytes); 9: schedule.input_uses
-# (inputs NCNN reads in place, without a copy in the arena)
+# (inputs NCNN reads in place, without a copy in the arena); 10: every column of numbers one string
+# (jsonfields.numbers: parsed into an array, no Python object per value)
 SUFFIX = ".flexnn.plan.json"
 
 
@@ -87,12 +91,6 @@ def _record(cls: type, d: Any, where: str) -> Any:
     return cls(**{f.name: _field(d, f.name, {"str": str, "int": int, "bool": bool}[f.type], where) for f in fields(cls)})
 
 
-def _int_list(value: Any, where: str, at_least: int = 0) -> list[int]:
-    if not (isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) and x >= at_least for x in value)):
-        raise UserError(f"{where} must be a list of integers >= {at_least}")
-    return value
-
-
 @dataclass(frozen=True)
 class Schedule:
     """How the runtime walks the model: what prepare recorded on the target (docs/RUNTIME.md). The
@@ -117,8 +115,8 @@ class Schedule:
                 "flags": self.flags.table[:, 0], "input_uses": [list(u) for u in self.input_uses]}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"outputs": list(self.outputs), "order": self.order.table[:, 0].tolist(),
-                "ranges": self.ranges.table.tolist(), "flags": self.flags.table[:, 0].tolist(),
+        return {"outputs": list(self.outputs), "order": number_text(self.order.table[:, 0]),
+                "ranges": number_text(self.ranges.table.reshape(-1)), "flags": number_text(self.flags.table[:, 0]),
                 "input_uses": [list(u) for u in self.input_uses]}
 
     @staticmethod
@@ -126,23 +124,33 @@ class Schedule:
         outputs = _field(d, "outputs", list, where)
         if not outputs or not all(isinstance(name, str) for name in outputs):
             raise UserError(f"{where}.outputs must be a non-empty list of blob names")
-        ranges = _field(d, "ranges", list, where)
-        for i, r in enumerate(ranges):
-            if not (len(_int_list(r, f"{where}.ranges[{i}]")) == 2 and r[0] <= r[1]):
-                raise UserError(f"{where}.ranges[{i}] must be a [begin, end) pair of byte offsets")
-        flags = _int_list(_field(d, "flags", list, where), f"{where}.flags")
+        # per layer index its [begin, end), one pair after another; checked value by value (memoryview:
+        # no numpy operation, whose code a Session would map only for this)
+        bounds = numbers(d, "ranges", np.int64, where)
+        if len(bounds) % 2:
+            raise UserError(f"{where}.ranges must hold a begin and an end per layer, not {len(bounds)} numbers")
+        ranges = bounds.reshape(-1, 2)
+        for i, (begin, end) in enumerate(zip(memoryview(bounds)[0::2], memoryview(bounds)[1::2])):
+            if not 0 <= begin <= end:
+                raise UserError(f"{where}.ranges[{i}] is [{begin}, {end}), not a [begin, end) pair of byte offsets")
+        flags = numbers(d, "flags", np.int64, where)
         if len(flags) != len(ranges):
             raise UserError(f"{where}.flags has {len(flags)} entries, {where}.ranges {len(ranges)}: one per layer index")
-        order = _int_list(_field(d, "order", list, where), f"{where}.order")
-        if any(i >= len(ranges) for i in order):
-            raise UserError(f"{where}.order names a layer index beyond the {len(ranges)} layers")
+        for i, value in enumerate(memoryview(flags)):
+            if value < 0:
+                raise UserError(f"{where}.flags[{i}] is {value}, less than 0")
+        order = numbers(d, "order", np.int64, where)
+        for i, layer in enumerate(memoryview(order)):
+            if not 0 <= layer < len(ranges):
+                raise UserError(f"{where}.order[{i}] is {layer}, not a layer index of the {len(ranges)} layers")
         uses = _field(d, "input_uses", list, where)
         for i, u in enumerate(uses):
             if not (isinstance(u, list) and len(u) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in u)
                     and (u == [0, -1] or (u[0] > 0 and 0 <= u[1] <= len(order) + 1))):
                 raise UserError(f"{where}.input_uses[{i}] must be [bytes, last step] of an input read in place, "
                                 "or [0, -1] for one copied into the arena")
-        return Schedule(tuple(outputs), order, ranges, flags, tuple((b, s) for b, s in uses))
+        return Schedule(tuple(outputs), planning.int_rows(order, where), planning.pair_rows(ranges, where),
+                        planning.int_rows(flags, where), tuple((b, s) for b, s in uses))
 
 
 def _rows(values: Sequence[Any], make: Callable[[Sequence[Any], str], Rows]) -> Rows:
@@ -218,7 +226,8 @@ class Sidecar:
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
             raise UserError(f"schema_version {version!r} is not supported (this flexnn_ncnn reads {SCHEMA_VERSION}, "
-                            f"which stores the profile and plans as columns): prepare the model again")
+                            f"which stores each column of the schedule, profile and plans as one string of numbers): "
+                            f"prepare the model again")
         known = {"schema", "schema_version", *(f.name for f in fields(Sidecar))}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -238,17 +247,21 @@ class Sidecar:
             uncounted_rss_bytes=_field(d, "uncounted_rss_bytes", int, "sidecar", at_least=0),
         )
 
-    def validate(self) -> None:
+    def validate(self, native_checks: bool = True) -> None:
         """The profile is well formed, fits the schedule and the inputs, and every stored plan passes the
-        checker."""
-        self.profile.validate()
+        checker. Without `native_checks`, what the native runtime checks itself is left to it: the
+        profile's form (Executor: validate_profile) and each plan (set_plan: check_plan)."""
+        if native_checks:
+            self.profile.validate()
         tensors, layers = self.profile.columns
         if len(layers) != len(self.schedule.order) + 2:
             raise UserError(f"profile.layers has {len(layers)} steps, the schedule {len(self.schedule.order) + 2} "
                             "(inputs, one per computed layer, outputs)")
-        column = TENSOR_COLUMN
-        inputs = tensors[(tensors[:, column["layer"]] == 0) & (tensors[:, column["role"]] == ROLES.index("activation"))]
-        copies = dict(zip(inputs[:, column["ordinal"]].tolist(), inputs[:, column["size"]].tolist()))
+        # read row by row: a numpy operation here would map pages of numpy's code that a Session does not
+        # otherwise run, resident beside the arena
+        rows, column, activation = memoryview(tensors), TENSOR_COLUMN, ROLES.index("activation")
+        copies = {rows[i, column["ordinal"]]: rows[i, column["size"]] for i in range(len(tensors))
+                  if rows[i, column["layer"]] == 0 and rows[i, column["role"]] == activation}
         if len(self.schedule.input_uses) != len(self.inputs):
             raise UserError(f"schedule.input_uses has {len(self.schedule.input_uses)} entries for {len(self.inputs)} inputs")
         for k, (name, shape) in enumerate(self.inputs.items()):
@@ -266,6 +279,8 @@ class Sidecar:
                 raise UserError(f"inputs.{name} {shape} takes {floats} B of floats, the profile's copy of input {k} "
                                 f"{copies.get(k, 0)} B: they belong to different models")
         for where, plan in (("plan", self.plan), *((f"ladder[{i}]", p) for i, p in enumerate(self.ladder))):
+            if not native_checks:
+                break
             try:
                 planning.check_plan(self.profile, plan)
             except planning.InvalidPlan as e:
@@ -318,25 +333,13 @@ def verify(sidecar: Sidecar, expected: Expected, name: str = "the plan sidecar")
             raise UserError(f"{name} does not match: {path} is {have!r}, expected {want!r} (re-run slice/prepare for this model and build)")
 
 
-def parse_json(text: str) -> Any:
-    """json.loads with one int object per distinct literal: a sidecar's tables repeat their values (layer
-    indices, sizes), and the objects a parse frees would keep Python's allocator arenas resident beside
-    the arena (a 1996-step sidecar: 0.7 MB)."""
-    seen: dict[str, int] = {}
-
-    def shared(literal: str) -> int:
-        value = seen.get(literal)
-        if value is None:
-            value = seen[literal] = int(literal)
-        return value
-    return json.loads(text, parse_int=shared)
-
-
-def load(path: Path, expected: Expected | None = None) -> Sidecar:
-    """Read, validate and (with `expected`) verify a sidecar; every problem is a UserError naming the field."""
+def load(path: Path, expected: Expected | None = None, native_checks: bool = True) -> Sidecar:
+    """Read, validate and (with `expected`) verify a sidecar; every problem is a UserError naming the field.
+    A caller handing the profile and plans to the native runtime (Session) passes `native_checks=False`:
+    the runtime checks them itself, and the planner module's code stays out of that process's memory."""
     sidecar = _parsed(path)
     try:
-        sidecar.validate()
+        sidecar.validate(native_checks)
     except UserError as e:
         raise UserError(f"{path}: {e}") from None
     if expected is not None:
@@ -352,7 +355,7 @@ def _parsed(path: Path) -> Sidecar:
     except OSError as e:
         raise UserError(f"cannot read the plan sidecar {path}: {e.strerror or e}") from None
     try:
-        data = parse_json(text)
+        data = json.loads(text)
     except ValueError as e:
         raise UserError(f"{path} is not valid JSON ({e}): the sidecar is truncated or corrupt, re-plan the model") from None
     try:

@@ -42,18 +42,21 @@ def profiles(draw: st.DrawFn, max_layers: int = 10) -> Profile:
     return Profile(tuple(tensors), layers)
 
 
-def chain_sidecar(budget: int = 64_000):
-    """A valid sidecar around chain_profile() planned at `budget`, as if for this checkout's build."""
+def chain_sidecar(budget: int = 64_000, layers: int = 6):
+    """A valid sidecar around chain_profile(layers) planned at `budget`, as if for this checkout's build."""
     from flexnn_ncnn import planning, sidecar
 
-    profile = chain_profile()
+    profile = chain_profile(layers)
+    computed = layers - 2
     return sidecar.Sidecar(
         model=sidecar.Model("chain.flexnn.param", "a" * 64, "chain.flexnn.bin", "4096:" + "b" * 64, "", ""),
         build=sidecar.Build.current(),
         target=sidecar.Target("x86_64", "avx,fma,f16c,avx2", 1 << 20, 2, True, True, True, False),
         inputs={"data": [16, 8, 4]},  # w, h, c: the 2048 B of chain_profile()'s input copy
-        # model layer 0 is Input; layers 1-4 compute at steps 1-4 (steps 0 and 5: inputs in, outputs out)
-        schedule=sidecar.Schedule(("output",), (1, 2, 3, 4), ((0, 0),) + tuple((4096 * i, 4096 * (i + 1)) for i in range(4)), (0,) * 5,
+        # model layer 0 is Input; layers 1..computed compute at those steps (the first and last steps:
+        # inputs in, outputs out)
+        schedule=sidecar.Schedule(("output",), tuple(range(1, computed + 1)),
+                                  ((0, 0),) + tuple((4096 * i, 4096 * (i + 1)) for i in range(computed)), (0,) * (computed + 1),
                                   ((0, -1),)),  # the input copied into the arena
         profile=profile,
         plan=planning.make_plan(profile, budget),

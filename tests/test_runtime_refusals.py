@@ -26,6 +26,13 @@ def residual(tmp_path: Path) -> ModelCase:
     return ModelCase("residual", param, bin_, x, stock_output(param, bin_, x))
 
 
+def column_edit(table: dict, name: str, index: int, change) -> None:
+    """table[name] (a column: numbers separated by spaces) with its value at `index` replaced by change(value)."""
+    values = table[name].split()
+    values[index] = str(change(int(values[index])))
+    table[name] = " ".join(values)
+
+
 def edited(path: Path, edit) -> Path:
     content = json.loads(path.read_text())
     edit(content)
@@ -80,7 +87,7 @@ def test_allocation_larger_than_planned_stops_the_inference(residual: ModelCase,
     path, content = prepared(residual, tmp_path)
     # pretend prepare saw the first activation of the first convolution 64 bytes smaller
     index = next(i for i, t in enumerate(content.profile.tensors) if t.role == "activation" and t.layer == 1)
-    shrunk = edited(path, lambda c: c["profile"]["tensors"]["size"].__setitem__(index, c["profile"]["tensors"]["size"][index] - 64))
+    shrunk = edited(path, lambda c: column_edit(c["profile"]["tensors"], "size", index, lambda size: size - 64))
     session = Session(shrunk)
     with pytest.raises(UserError, match=r"step 1 \(layer conv1\): activation 0 of \d+ B is larger than planned"):
         session.run({"data": residual.x})
@@ -117,9 +124,33 @@ def test_plan_the_checker_rejects_is_never_run(residual: ModelCase, tmp_path: Pa
                 if i < j and t.first_use <= u.last_use and u.first_use <= t.last_use)
 
     def overlap(c: dict) -> None:
-        c["plan"]["tensors"]["offset"][b] = c["plan"]["tensors"]["offset"][a]
-    with pytest.raises(UserError, match=r": plan is invalid: "):
+        offset = int(c["plan"]["tensors"]["offset"].split()[a])
+        column_edit(c["plan"]["tensors"], "offset", b, lambda _: offset)
+    # the runtime checks every plan it is given (Session leaves the sidecar's plans to it)
+    with pytest.raises(UserError, match=r"edited\.\S+plan\.json: plan: .* share bytes"):
         Session(edited(path, overlap))
+
+
+def test_a_damaged_profile_is_refused_by_the_runtime_naming_the_file(residual: ModelCase, tmp_path: Path) -> None:
+    """A Session leaves the profile's form to the runtime (the same validate_profile the planner runs)."""
+    path, content = prepared(residual, tmp_path)
+    index = next(i for i, t in enumerate(content.profile.tensors) if t.role == "intermediate")
+    damaged = edited(path, lambda c: column_edit(c["profile"]["tensors"], "last_use", index, lambda last: last + 1))
+    with pytest.raises(UserError, match=r"edited\.\S+plan\.json: profile: .*intermediate 0: an intermediate must die with its layer"):
+        Session(damaged)
+
+
+def test_the_session_keeps_the_profile_in_the_runtime_alone(residual: ModelCase, tmp_path: Path) -> None:
+    """Its Python side holds no copy of the profile's columns: they are read back from the runtime when
+    asked for, equal to the sidecar's, and a re-plan for another budget uses them."""
+    path, content = prepared(residual, tmp_path)
+    session = Session(path)
+    assert "columns" not in vars(session.profile) and session.sidecar.profile is session.profile
+    assert session.profile == content.profile and session.profile.columns[0] is not session.profile.columns[0]
+    budgets = budgets_for(content)
+    session.set_budget(budgets["tightest"] + 4096)
+    assert session.plan.budget == budgets["tightest"] + 4096 and session.plan not in (content.plan, *content.ladder)
+    assert_close(session.run({"data": residual.x})["output"], residual.ref)
 
 
 def test_cli_runs_a_plan_and_prints_one_json_line(residual: ModelCase, tmp_path: Path) -> None:

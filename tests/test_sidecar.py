@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,8 @@ def test_round_trip_is_exact(saved: tuple[sidecar.Sidecar, Path]) -> None:
     assert loaded.plan_for(30_000) == sc.ladder[0] and loaded.plan_for(12345) is None
     data = json.loads(path.read_text())
     assert data["schema"] == "flexnn-plan" and data["schema_version"] == sidecar.SCHEMA_VERSION
-    assert data["plan"]["budget"] == 64_000 and len(data["plan"]["tensors"]["offset"]) == len(data["profile"]["tensors"]["size"])
+    assert data["plan"]["budget"] == 64_000
+    assert len(data["plan"]["tensors"]["offset"].split()) == len(data["profile"]["tensors"]["size"].split()) == 16
 
 
 def test_loading_makes_no_object_per_tensor(saved: tuple[sidecar.Sidecar, Path]) -> None:
@@ -82,27 +84,39 @@ def test_truncated_or_invalid_json_is_a_user_error(saved: tuple[sidecar.Sidecar,
         sidecar.load(path.with_name("missing.json"))
 
 
+def _edit(table: dict, name: str, change) -> None:
+    """Apply `change` to the values of the text column `table[name]` (a list of their strings)."""
+    values = table[name].split()
+    change(values)
+    table[name] = " ".join(values)
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d.update(schema_version=99), "schema_version 99 is not supported"),
     (lambda d: d.update(schema="something"), "not a FlexNN plan sidecar"),
     (lambda d: d.pop("target"), "sidecar.target is missing"),
     (lambda d: d["target"].update(threads="2"), "target.threads must be an integer"),
     (lambda d: d.update(extra=1), "unknown field 'extra'"),
-    (lambda d: d["profile"]["tensors"]["role"].__setitem__(3, "bias"), r"profile.tensors.role\[3\] is 'bias'"),
-    (lambda d: d["profile"]["tensors"]["size"].__setitem__(0, -5), r"profile.tensors.size\[0\] is -5, less than 1"),
-    (lambda d: d["profile"]["tensors"]["layer"].__setitem__(2, 1.5), r"profile.tensors.layer\[2\] must be an integer"),
-    (lambda d: d["profile"]["tensors"]["last_use"].pop(), r"profile.tensors has columns of different lengths"),
+    (lambda d: _edit(d["profile"]["tensors"], "role", lambda v: v.__setitem__(3, "bias")), r"profile.tensors.role\[3\] is 'bias'"),
+    (lambda d: _edit(d["profile"]["tensors"], "size", lambda v: v.__setitem__(0, "-5")), r"profile: tensor 0's size .* is out of range"),
+    (lambda d: _edit(d["profile"]["tensors"], "size", lambda v: v.__setitem__(0, "0")), r"size 0 B is not in \[1, 2\^48\]"),
+    (lambda d: _edit(d["profile"]["tensors"], "layer", lambda v: v.__setitem__(2, "1.5")), r"profile.tensors.layer\[2\] is '1.5', not an integer"),
+    (lambda d: _edit(d["profile"]["tensors"], "size", lambda v: v.__setitem__(4, "1" * 20)), r"profile.tensors.size\[4\] is 1{20}, past 10\^18"),
+    (lambda d: _edit(d["profile"]["tensors"], "last_use", lambda v: v.pop()), r"profile.tensors has columns of different lengths"),
+    (lambda d: _edit(d["profile"]["layers"], "load_us", lambda v: v.__setitem__(1, "fast")), r"profile.layers.load_us\[1\] is 'fast', not a number"),
+    (lambda d: d["profile"]["layers"].update(compute_us=[50.0] * 6), r"profile.layers.compute_us must be a string, not list"),
     (lambda d: d["plan"]["tensors"].pop("offset"), r"plan.tensors.offset is missing"),
-    (lambda d: d["plan"]["tensors"]["load_after"].__setitem__(1, True), r"plan.tensors.load_after\[1\] must be an integer"),
-    (lambda d: d["plan"]["dependencies"]["load"].append(1), r"plan.dependencies has columns of different lengths \(comp \d+, load \d+\)"),
-    (lambda d: d["plan"]["dependencies"].update(comp=["1"], load=[2]), r"plan.dependencies.comp\[0\] must be an integer"),
+    (lambda d: _edit(d["plan"]["tensors"], "load_after", lambda v: v.__setitem__(1, "true")), r"plan.tensors.load_after\[1\] is 'true', not an integer"),
+    (lambda d: _edit(d["plan"]["dependencies"], "load", lambda v: v.append("1")), r"plan.dependencies has columns of different lengths \(comp \d+, load \d+\)"),
+    (lambda d: d["plan"].update(pinned_weights="99"), r"plan.pinned_weights\[0\] is 99, not a tensor index"),
     (lambda d: d["inputs"].update(data=[0, 3]), "inputs.data must be a list of positive dimensions"),
     # an input shape the profile's copy of it cannot hold (found by python -m flexnn_ncnn.fuzz)
     (lambda d: d["inputs"].update(data=[2**31, 2, 2]), r"inputs.data \[2147483648, 2, 2\] takes .* B: they belong to different"),
     (lambda d: d.pop("schedule"), "sidecar.schedule is missing"),
-    (lambda d: d["schedule"]["order"].append(99), "schedule.order names a layer index beyond the 5 layers"),
-    (lambda d: d["schedule"]["ranges"][1].pop(), r"schedule.ranges\[1\] must be a \[begin, end\) pair"),
-    (lambda d: d["schedule"]["order"].pop(), "profile.layers has 6 steps, the schedule 5"),
+    (lambda d: _edit(d["schedule"], "order", lambda v: v.append("99")), r"schedule.order\[4\] is 99, not a layer index of the 5 layers"),
+    (lambda d: _edit(d["schedule"], "ranges", lambda v: v.pop()), r"schedule.ranges must hold a begin and an end per layer, not 9 numbers"),
+    (lambda d: _edit(d["schedule"], "ranges", lambda v: v.__setitem__(2, "9999")), r"schedule.ranges\[1\] is \[9999, 4096\), not a \[begin, end\) pair"),
+    (lambda d: _edit(d["schedule"], "order", lambda v: v.pop()), "profile.layers has 6 steps, the schedule 5"),
     (lambda d: d["target"].pop("winograd"), "target.winograd is missing"),
     (lambda d: d.pop("uncounted_rss_bytes"), "sidecar.uncounted_rss_bytes is missing"),
     (lambda d: d.update(uncounted_rss_bytes=-1), "sidecar.uncounted_rss_bytes is -1, less than 0"),
@@ -128,7 +142,8 @@ def test_a_version_4_sidecar_is_refused_in_one_line_naming_what_it_lacks(saved: 
         sidecar.load(path)
     message = str(info.value)
     assert "\n" not in message
-    assert f"schema_version 4 is not supported (this flexnn_ncnn reads {sidecar.SCHEMA_VERSION}, which stores the profile and plans as columns)" in message
+    assert (f"schema_version 4 is not supported (this flexnn_ncnn reads {sidecar.SCHEMA_VERSION}, which stores each column of "
+            "the schedule, profile and plans as one string of numbers): prepare the model again") in message
 
 
 @pytest.mark.parametrize("shape", [[16, 8, 4], [5, 5, 5, 4]])
@@ -146,8 +161,7 @@ def test_reserved_bytes_are_outside_bytes_and_the_uncounted_rss() -> None:
 def test_a_corrupted_plan_is_refused_with_the_checkers_reason(saved: tuple[sidecar.Sidecar, Path]) -> None:
     _, path = saved
     data = json.loads(path.read_text())
-    offsets = data["ladder"][1]["tensors"]["offset"]
-    offsets[1] = offsets[0]  # two live tensors on one byte
+    _edit(data["ladder"][1]["tensors"], "offset", lambda v: v.__setitem__(1, v[0]))  # two live tensors on one byte
     path.write_text(json.dumps(data))
     with pytest.raises(UserError, match=r"ladder\[1\] is invalid: layer \d \w+ 0 and layer \d \w+ 0 share bytes"):
         sidecar.load(path)
@@ -195,8 +209,25 @@ def test_the_sampled_digest_tells_files_apart_without_reading_them_whole(tmp_pat
     assert sampled_digest(small) != first
 
 
-def test_a_sidecar_parse_shares_one_int_per_distinct_value() -> None:
-    """What loading a sidecar frees stays resident in Python's allocator: its repeated values are one object."""
-    values = sidecar.parse_json('{"size": [100000, 100000, 7], "first_use": [100000]}')
-    assert values["size"][0] is values["size"][1] is values["first_use"][0]
-    assert values == {"size": [100000, 100000, 7], "first_use": [100000]}
+def _json_values(node: object) -> int:
+    """How many values a parsed JSON tree holds, containers included: what parsing it allocates."""
+    if isinstance(node, dict):
+        return 1 + sum(_json_values(v) for v in node.values())
+    if isinstance(node, list):
+        return 1 + sum(_json_values(v) for v in node)
+    return 1
+
+
+def test_a_large_sidecar_parses_into_few_python_objects(tmp_path: Path) -> None:
+    """A Session keeps resident every page loading its sidecar touched, and Python's allocator keeps an
+    arena while one object in it lives: each column is one string, parsed into an array, so 2,000
+    layers (5,998 tensors: 48,000 values in the profile alone) make a JSON tree of a few dozen values,
+    as 6 layers do."""
+    sizes = []
+    for layers in (6, 2000):
+        sc = chain_sidecar(budget=10_000_000, layers=layers)
+        path = tmp_path / f"chain{layers}{sidecar.SUFFIX}"
+        sidecar.save(sc, path)
+        sizes.append(_json_values(json.loads(path.read_text())))
+        assert sidecar.load(path) == sc
+    assert sizes[0] == sizes[1] < 100, sizes

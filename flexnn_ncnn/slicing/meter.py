@@ -109,7 +109,7 @@ class LayerMeter:
                                           transformed=str(Path(scratch) / "layer.transformed") if o.pretransform else "")
             except RuntimeError as e:
                 raise UserError(f"measuring {probe.type} {probe.format()!r} on input {shape.numpy()}: {e}") from None
-        tensors, _ = prepared["profile"]
+        tensors = prepared["profile"][0].tolist()
         weights = sum(size for step, role, _, size, *_ in tensors if step == STEP and role == WEIGHT)
         intermediates = _laid_out_bytes([(ordinal, size, released) for step, role, ordinal, size, *_, released in tensors
                                          if step == STEP and role == INTERMEDIATE])

@@ -20,17 +20,14 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
 namespace flexnn {
 namespace plan_dict {
 
-using TensorTuple = std::tuple<int, int, int, uint64_t, int, int, bool, int>;
-using LayerTuple = std::tuple<double, double>;
-// what Python passes: an (n, 8) int64 row per tensor, an (m, 2) float64 row per layer (numpy arrays;
-// sequences of tuples are converted)
+// both ways: an (n, 8) int64 row per tensor, an (m, 2) float64 row per layer (numpy arrays; sequences
+// of tuples Python passes are converted)
 using TensorRows = pybind11::array_t<int64_t, pybind11::array::c_style | pybind11::array::forcecast>;
 using LayerRows = pybind11::array_t<double, pybind11::array::c_style | pybind11::array::forcecast>;
 
@@ -78,14 +75,25 @@ inline Profile profile_from_columns(const TensorRows& tensors, const LayerRows& 
 
 inline pybind11::tuple profile_to_columns(const Profile& profile)
 {
-    std::vector<TensorTuple> tensors;
-    tensors.reserve(profile.tensors.size());
-    for (const auto& t : profile.tensors)
-        tensors.emplace_back(t.layer, static_cast<int>(t.role), t.ordinal, t.size, t.first_use, t.last_use, t.transformed, t.released_before);
-    std::vector<LayerTuple> layers;
-    layers.reserve(profile.layers.size());
-    for (const auto& l : profile.layers)
-        layers.emplace_back(l.load_us, l.compute_us);
+    const pybind11::ssize_t n = static_cast<pybind11::ssize_t>(profile.tensors.size());
+    TensorRows tensors({n, static_cast<pybind11::ssize_t>(8)});
+    auto t = tensors.mutable_unchecked<2>();
+    for (pybind11::ssize_t i = 0; i < n; i++)
+    {
+        const TensorUse& u = profile.tensors[i];
+        const int64_t row[8] = {u.layer, static_cast<int64_t>(u.role), u.ordinal, static_cast<int64_t>(u.size), u.first_use,
+                                u.last_use, u.transformed ? 1 : 0, u.released_before};
+        for (int k = 0; k < 8; k++)
+            t(i, k) = row[k];
+    }
+    const pybind11::ssize_t m = static_cast<pybind11::ssize_t>(profile.layers.size());
+    LayerRows layers({m, static_cast<pybind11::ssize_t>(2)});
+    auto l = layers.mutable_unchecked<2>();
+    for (pybind11::ssize_t s = 0; s < m; s++)
+    {
+        l(s, 0) = profile.layers[s].load_us;
+        l(s, 1) = profile.layers[s].compute_us;
+    }
     return pybind11::make_tuple(tensors, layers);
 }
 

@@ -298,6 +298,10 @@ public:
     {
         return flexnn::plan_dict::plan_to_dict(executor_->plan());
     }
+    py::tuple profile() const
+    {
+        return flexnn::plan_dict::profile_to_columns(executor_->profile());
+    }
     uint64_t arena_bytes() const
     {
         return executor_->arena_bytes();
@@ -389,6 +393,7 @@ PYBIND11_MODULE(_native, m)
              "re-plan the stored profile for this arena size and move to it")
         .def("run", &PyExecutor::run, py::arg("inputs"), "one inference: ({output: array}, stats)")
         .def("plan", &PyExecutor::plan)
+        .def("profile", &PyExecutor::profile, "the profile the runtime holds, as (tensors, layers) columns: a copy")
         .def("arena_bytes", &PyExecutor::arena_bytes)
         .def("reserved_outside_bytes", &PyExecutor::reserved_outside_bytes,
              "bytes held outside the arena for the executor's life (the O_DIRECT window): a budget must leave room");

@@ -99,6 +99,11 @@ public:
 
     // the current plan (a copy: set_plan may replace it meanwhile)
     Plan plan() const;
+    // the profile every plan is checked against, as given to create (it never changes)
+    const Profile& profile() const
+    {
+        return profile_;
+    }
     const LayerSchedule& schedule() const
     {
         return schedule_;
