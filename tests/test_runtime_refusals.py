@@ -153,6 +153,23 @@ def test_the_session_keeps_the_profile_in_the_runtime_alone(residual: ModelCase,
     assert_close(session.run({"data": residual.x})["output"], residual.ref)
 
 
+@pytest.mark.parametrize("layer, message", [
+    # NCNN's BinaryOp refuses an operation it does not know (its load_param, NCNN_VALIDATION)
+    ("BinaryOp op 1 1 data out 0=99 1=1 2=2.0", "layer op: its params are refused by BinaryOp::load_param"),
+    # a layer NCNN runs on one blob, given two
+    ("ReLU op 2 1 data data2 out", "layer op: ReLU takes one input and one output"),
+])
+def test_a_layer_ncnn_would_refuse_is_named_in_one_line(tmp_path: Path, layer: str, message: str) -> None:
+    """The runtime's Net makes no CPU layer while it parses the .param (PlannedLayer builds each on its
+    load): each layer's params are checked by its CPU layer one at a time instead, and a refusal names
+    the layer (NCNN's own would print its log line, and "cannot load")."""
+    param, bin_ = tmp_path / "bad.param", tmp_path / "bad.bin"
+    inputs = "Input data 0 1 data 0=4 1=4 2=2\n" + ("Input data2 0 1 data2 0=4 1=4 2=2\n" if "data2" in layer else "")
+    param.write_text(f"7767517\n{inputs.count(chr(10)) + 1} {inputs.count(chr(10)) + 1}\n{inputs}{layer}\n")
+    bin_.write_bytes(b"")
+    assert_user_error(run_module("prepare", str(param), "--budget", "1MB", "-o", str(tmp_path / "bad.plan.json")), message)
+
+
 def test_cli_runs_a_plan_and_prints_one_json_line(residual: ModelCase, tmp_path: Path) -> None:
     path, content = prepared(residual, tmp_path)
     np.save(tmp_path / "in.npy", residual.x)

@@ -68,7 +68,36 @@ Status check_value_dependent(const ncnn::Net& net, const ncnn::Layer& layer, con
     return Status();
 }
 
+// `layer` as its CPU (or, with kReferenceLayerParam, reference) layer makes it from `pd`: an error
+// where it refuses them, or where it takes one blob and does not have one bottom and one top (what
+// Net::load_param checks of the layers it makes); its flags otherwise
+Status checked_flags(const ncnn::Layer& layer, const ncnn::ParamDict& pd, uint32_t& flags)
+{
+    std::unique_ptr<ncnn::Layer> real(pd.get(kReferenceLayerParam, 0) ? ncnn::create_layer_naive(layer.typeindex)
+                                                                        : ncnn::create_layer_cpu(layer.typeindex));
+    if (!real)
+        return Status::error("layer " + layer.name + ": NCNN has no CPU layer of type " + layer.type);
+    if (real->load_param(pd) != 0)
+        return Status::error("layer " + layer.name + ": its params are refused by " + layer.type + "::load_param");
+    if (real->one_blob_only && (layer.bottoms.size() != 1 || layer.tops.size() != 1))
+        return Status::error("layer " + layer.name + ": " + layer.type + " takes one input and one output");
+    flags = layer_flags(*real);
+    return Status();
+}
+
 } // namespace
+
+ncnn::Layer* Model::ParamNet::create_overwrite_builtin_layer(const char* type)
+{
+    const int typeindex = ncnn::layer_to_index(type);
+    // not built in: NCNN looks for a custom layer (which open refuses); an Input stays NCNN's (no
+    // PlannedLayer replaces it)
+    if (typeindex < 0 || typeindex == ncnn::LayerType::Input)
+        return nullptr;
+    ncnn::Layer* layer = new ncnn::Layer;
+    layer->typeindex = typeindex;
+    return layer;
+}
 
 Model::~Model()
 {
@@ -115,8 +144,15 @@ Status Model::open(const std::string& param_path, const std::string& bin_path, c
             if (!s.ok())
                 return s;
         }
-        layers[i] = new PlannedLayer(*stock, std::move(params[i]), i, hooks, net_.blobs());
-        delete stock; // built by create_layer_cpu, never loaded: nothing registered to destroy it
+        LayerParams pd;
+        s = pd.parse(params[i], stock->name);
+        uint32_t flags = 0;
+        if (s.ok())
+            s = checked_flags(*stock, pd, flags);
+        if (!s.ok())
+            return s;
+        layers[i] = new PlannedLayer(*stock, flags, std::move(params[i]), i, hooks, net_.blobs());
+        delete stock; // made by ParamNet, never loaded: nothing registered to destroy it
     }
     return weights_.open(bin_path, direct_io);
 }

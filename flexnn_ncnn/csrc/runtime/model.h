@@ -60,7 +60,16 @@ private:
         int c;
     };
 
-    ncnn::Net net_;
+    // A Net whose load_param makes a bare ncnn::Layer for every built-in layer, not NCNN's CPU layer:
+    // open replaces each by a PlannedLayer, which builds the real one on every load. (NCNN's would all
+    // exist at once, up to 1.4 KB each, and leave the heap that much larger for the process's life.)
+    class ParamNet : public ncnn::Net
+    {
+    protected:
+        ncnn::Layer* create_overwrite_builtin_layer(const char* type) override;
+    };
+
+    ParamNet net_;
     std::map<std::string, DeclaredInput> declared_inputs_; // by blob name
     WeightFile weights_;
 };

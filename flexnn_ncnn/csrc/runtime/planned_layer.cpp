@@ -63,7 +63,7 @@ Status LayerParams::parse(const std::string& text, const std::string& layer_name
     return Status();
 }
 
-PlannedLayer::PlannedLayer(const ncnn::Layer& stock, std::string params, int layer_index, ComputeHooks* hooks,
+PlannedLayer::PlannedLayer(const ncnn::Layer& stock, uint32_t flags, std::string params, int layer_index, ComputeHooks* hooks,
                            const std::vector<ncnn::Blob>& blobs)
     : params_(std::move(params)), layer_index_(layer_index), hooks_(hooks), blobs_(blobs),
       bounded_(OutputBound::value_dependent(stock.type) ? new Bounded : nullptr)
@@ -75,7 +75,7 @@ PlannedLayer::PlannedLayer(const ncnn::Layer& stock, std::string params, int lay
     tops = stock.tops;
     featmask = stock.featmask;
     support_vulkan = false;
-    set_flags(layer_flags(stock));
+    set_flags(flags);
 }
 
 PlannedLayer::~PlannedLayer()

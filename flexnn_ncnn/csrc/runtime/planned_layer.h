@@ -66,9 +66,10 @@ public:
 class PlannedLayer : public ncnn::Layer
 {
 public:
-    // params: the layer's param text, which LayerParams::parse accepted; blobs: the Net's, whose shape
-    // hints each load hands the real layer (the Net outlives this layer)
-    PlannedLayer(const ncnn::Layer& stock, std::string params, int layer_index, ComputeHooks* hooks,
+    // stock: the layer as the Net parsed it (its type, name, blobs); flags: the real layer's after
+    // load_param (layer_flags); params: the layer's param text, which LayerParams::parse accepted;
+    // blobs: the Net's, whose shape hints each load hands the real layer (the Net outlives this layer)
+    PlannedLayer(const ncnn::Layer& stock, uint32_t flags, std::string params, int layer_index, ComputeHooks* hooks,
                  const std::vector<ncnn::Blob>& blobs);
     ~PlannedLayer() override;
 
