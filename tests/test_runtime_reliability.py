@@ -4,6 +4,7 @@ prepare leaves no pre-transformed weights behind; a damaged number in a sidecar 
 
 from __future__ import annotations
 
+import json
 import dataclasses
 from pathlib import Path
 
@@ -42,7 +43,8 @@ def test_an_infeasible_prepare_writes_no_transformed_weights(tmp_path: Path) -> 
 
 
 def _number_paths(doc, path=()):
-    """Paths to the numbers of a sidecar (lists: their first three entries)."""
+    """Paths to the numbers of a sidecar: (JSON path, None) for a number, (JSON path, k) for value k of a
+    column of numbers (a string, docs/PLAN_FORMAT.md); lists and columns: their first three entries."""
     if isinstance(doc, dict):
         for key, value in doc.items():
             yield from _number_paths(value, (*path, key))
@@ -50,32 +52,42 @@ def _number_paths(doc, path=()):
         for i, value in enumerate(doc[:3]):
             yield from _number_paths(value, (*path, i))
     elif isinstance(doc, (int, float)) and not isinstance(doc, bool):
-        yield path
+        yield path, None
+    elif isinstance(doc, str) and " " in doc.strip() and doc.split()[0].lstrip("-").isdigit():
+        for k in range(min(3, len(doc.split()))):
+            yield path, k
+
+
+def _damaged(good: str, where: tuple, k: int | None, value) -> str:
+    doc = json.loads(good)
+    parent = doc
+    for key in where[:-1]:
+        parent = parent[key]
+    if k is None:
+        parent[where[-1]] = value
+    else:
+        values = parent[where[-1]].split()
+        values[k] = json.dumps(value)
+        parent[where[-1]] = " ".join(values)
+    return json.dumps(doc)
 
 
 def test_a_damaged_number_in_a_sidecar_is_one_user_error(tmp_path: Path) -> None:
     """Every number of a real sidecar replaced, in turn, by a negative, a float, a string, null and
     integers past int32 and int64: opening and running the sidecar either works or is a UserError (one
     line), never a TypeError, an OverflowError or a native cast error."""
-    import json
-
     param, bin_, x = write_residual(tmp_path)
     path = tmp_path / "residual.flexnn.plan.json"
     write_plan_file(prepare_model(param, bin_, 1 << 30), path)
     good = path.read_text()
     paths = list(_number_paths(json.loads(good)))
-    assert len(paths) > 40
-    for where in paths:
+    assert len(paths) > 40 and sum(k is not None for _, k in paths) > 30
+    for where, k in paths:
         for value in (-1, 1.5, "x", None, 2**40, 2**70):
-            doc = json.loads(good)
-            parent = doc
-            for key in where[:-1]:
-                parent = parent[key]
-            parent[where[-1]] = value
-            path.write_text(json.dumps(doc))
+            path.write_text(_damaged(good, where, k, value))
             try:
                 Session(path).run({"data": x})
             except UserError as e:
-                assert "\n" not in str(e), (where, value, str(e))
+                assert "\n" not in str(e), (where, k, value, str(e))
     path.write_text(good)
     assert_close(Session(path).run({"data": x})["output"], stock_output(param, bin_, x))
