@@ -8,7 +8,8 @@ per-layer .bin byte ranges, layer flags), the profile, the plan, an
 optional ladder of plans for other budgets, and what every plan leaves room for beside the arena
 (`reserved_bytes`: allocations outside it, and the resident memory the runtime does not count). It is the one plan file: prepare writes it, the plan
 CLI re-plans it, Session / run / the benchmark run it. The format is documented in docs/PLAN_FORMAT.md. Loading validates the
-structure and every plan (with the planner's independent checker); `verify` compares it with what
+structure and every plan (with the planner's independent checker; a Session leaves the profile and
+plans to its runtime, which runs the same checks); `verify` compares it with what
 the caller is about to run and names the first field that differs. Writes are atomic.
 """
 
