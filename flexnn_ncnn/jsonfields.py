@@ -79,8 +79,6 @@ def numbers(d: Any, key: str, dtype: type, where: str) -> np.ndarray:
 def number_columns(d: Any, dtypes: Mapping[str, type], where: str) -> list[np.ndarray]:
     """The columns of a table stored as {field: numbers}: one array per field of `dtypes`, in its order,
     of that field's dtype, all of one length; a UserError names the field."""
-    if not isinstance(d, Mapping):
-        raise UserError(f"{where} must be a JSON object")
     out = [numbers(d, name, dtype, where) for name, dtype in dtypes.items()]
     lengths = {name: len(column) for name, column in zip(dtypes, out)}
     if len(set(lengths.values())) > 1:

@@ -159,7 +159,7 @@ class Profile:
         tensors = _field(d, "tensors", dict, where)
         roles = _role_numbers(_field(tensors, "role", str, f"{where}.tensors"), f"{where}.tensors")
         columns = number_columns({**tensors, "role": roles}, TENSOR_FIELDS, f"{where}.tensors")
-        return Profile.from_columns(_stacked(columns, np.int64), _stacked(layers, np.float64))
+        return Profile.from_columns(_table(columns, np.int64, where), _table(layers, np.float64, where))
 
 
 _ROLE_INDICES = re.compile(r"\s*([0-2](\s+[0-2])*)?\s*")
@@ -191,16 +191,9 @@ class HeldProfile(Profile):
         return self._read()
 
 
-def _stacked(columns: Sequence[np.ndarray], dtype: type) -> np.ndarray:
-    """Equal-length arrays as a C-contiguous table of `dtype`, a row per entry (the columns copied in)."""
-    table = np.empty((len(columns[0]), len(columns)), dtype)
-    for k, column in enumerate(columns):
-        table[:, k] = column
-    return table
-
-
-def _table(columns: list[list[Any]], dtype: type, where: str) -> np.ndarray:
-    """Equal-length `columns` as a C-contiguous array of `dtype`, a row per entry; a number past it is a UserError."""
+def _table(columns: Sequence[Sequence[Any]], dtype: type, where: str) -> np.ndarray:
+    """Equal-length `columns` (lists or arrays) as a C-contiguous array of `dtype`, a row per entry; a
+    number past it is a UserError."""
     try:
         return np.ascontiguousarray(np.array(columns, dtype=dtype).reshape(len(columns), -1).T)
     except OverflowError as e:
@@ -340,12 +333,12 @@ class Plan:
             if not 0 <= index < len(offsets):
                 raise UserError(f"{where}.pinned_weights[{i}] is {index}, not a tensor index")
             pinned[index] = 1
-        dependencies = _stacked(number_columns(_field(d, "dependencies", dict, where), DEPENDENCY_FIELDS,
-                                               f"{where}.dependencies"), np.int64)
+        dependencies = _table(number_columns(_field(d, "dependencies", dict, where), DEPENDENCY_FIELDS,
+                                             f"{where}.dependencies"), np.int64, where)
         mapped = _field(d, "mapped", bool, where) if "mapped" in d else False
         return Plan(algorithm, _field(d, "budget", int, where, 0), _field(d, "alignment", int, where, 1),
                     _field(d, "arena_bytes", int, where, 0), _field(d, "lower_bound", int, where, 0),
-                    Rows(_stacked([offsets, load_after, pinned], np.int64), _placement), Rows(dependencies, _pair), mapped)
+                    Rows(_table([offsets, load_after, pinned], np.int64, where), _placement), Rows(dependencies, _pair), mapped)
 
     def columns(self) -> dict[str, Any]:
         """The form `_planner` takes."""

@@ -68,13 +68,12 @@ Status check_value_dependent(const ncnn::Net& net, const ncnn::Layer& layer, con
     return Status();
 }
 
-// `layer` as its CPU (or, with kReferenceLayerParam, reference) layer makes it from `pd`: an error
-// where it refuses them, or where it takes one blob and does not have one bottom and one top (what
+// `layer` as the layer it is built as (create_real_layer) makes it from `pd`: an error where it
+// refuses them, or where it takes one blob and does not have one bottom and one top (what
 // Net::load_param checks of the layers it makes); its flags otherwise
 Status checked_flags(const ncnn::Layer& layer, const ncnn::ParamDict& pd, uint32_t& flags)
 {
-    std::unique_ptr<ncnn::Layer> real(pd.get(kReferenceLayerParam, 0) ? ncnn::create_layer_naive(layer.typeindex)
-                                                                        : ncnn::create_layer_cpu(layer.typeindex));
+    std::unique_ptr<ncnn::Layer> real(create_real_layer(layer.typeindex, pd));
     if (!real)
         return Status::error("layer " + layer.name + ": NCNN has no CPU layer of type " + layer.type);
     if (real->load_param(pd) != 0)

@@ -48,6 +48,11 @@ uint32_t layer_flags(const ncnn::Layer& layer)
            | (layer.support_batch ? kBatch : 0u);
 }
 
+ncnn::Layer* create_real_layer(int typeindex, const ncnn::ParamDict& pd)
+{
+    return pd.get(kReferenceLayerParam, 0) ? ncnn::create_layer_naive(typeindex) : ncnn::create_layer_cpu(typeindex);
+}
+
 int LayerParams::read(const ncnn::DataReader& dr)
 {
     ThreadAllocatorScope heap(nullptr);
@@ -122,8 +127,7 @@ Status PlannedLayer::build(const ncnn::ModelBin& mb, const ncnn::Option& opt, nc
     Status s = pd.parse(params_, name);
     if (!s.ok())
         return s;
-    std::unique_ptr<ncnn::Layer> layer(pd.get(kReferenceLayerParam, 0) ? ncnn::create_layer_naive(typeindex)
-                                                                         : ncnn::create_layer_cpu(typeindex));
+    std::unique_ptr<ncnn::Layer> layer(create_real_layer(typeindex, pd));
     if (!layer)
         return Status::error("layer " + name + ": NCNN has no CPU layer of type " + type);
     layer->typeindex = typeindex;

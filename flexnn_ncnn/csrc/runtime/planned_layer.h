@@ -46,6 +46,10 @@ const int kReferenceLayerParam = 29; // slicing/rewrite.py REFERENCE_LAYER_ID
 const int kKernelTypeParam = 26;  // slicing/rewrite.py KERNEL_PARAM_ID
 const int kDirectKernel = 1;      // slicing/rewrite.py KERNEL_CODES["direct"]
 
+// The NCNN layer a PlannedLayer builds for `pd`: the reference layer where kReferenceLayerParam asks
+// for it, else the CPU one; null where this build has none of that type
+ncnn::Layer* create_real_layer(int typeindex, const ncnn::ParamDict& pd);
+
 class LayerParams : public ncnn::ParamDict
 {
 public:
