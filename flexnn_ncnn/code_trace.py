@@ -10,7 +10,9 @@ recorded. A page there holds one function, so the pages a model runs name exactl
 ran, not their neighbours nor the kernel's 64 KB fault-around. The module's link map names them.
 Their order is the layout's: within each instruction set's group (the build places each apart),
 split in halves again and again so that each plan's functions fall on as few sides as can be
-(_bisect): every 64 KB window holding one function a plan runs is resident.
+(_bisect): every 64 KB window holding one function a plan runs is resident. A plan counts in
+inverse proportion to its budget: a window is a larger share of a smaller budget, so where plans
+compete for a side, the small models' smallest budgets keep their code together.
 
 The list names functions as the compiler did (archive_layout.original_name), so one trace serves
 whatever hot list the host build was laid out with.
@@ -33,7 +35,7 @@ from typing import Sequence
 import numpy as np
 from tqdm import tqdm
 
-from . import archive_layout, link_map, native
+from . import archive_layout, link_map, native, sidecar
 from .build import BUILD_ROOT, CODE_TRACE_BUILD, python_modules
 from .files import atomic_write
 from .cli import UserError, add_logging_args, child_error, run_main, setup_logging
@@ -125,11 +127,11 @@ def _gain(in_from: int, in_to: int) -> float:
 
 
 def _bisect(entries: list[archive_layout.HotEntry], ran_by: dict[archive_layout.HotEntry, frozenset[int]],
-            size: dict[archive_layout.HotEntry, int]) -> list[archive_layout.HotEntry]:
+            size: dict[archive_layout.HotEntry, int], weight: Sequence[float]) -> list[archive_layout.HotEntry]:
     """`entries` ordered so each plan's functions lie in few WINDOW-sized stretches: split in two halves
     of as many functions, functions swapped across while that keeps more of each plan on one side
-    (balanced graph partitioning, the traces as the hyperedges), each half ordered the same way, down
-    to a window's bytes. Deterministic: ties keep the order given."""
+    (balanced graph partitioning, the traces as the hyperedges, plan p's gains times weight[p]), each
+    half ordered the same way, down to a window's bytes. Deterministic: ties keep the order given."""
     if sum(size[e] for e in entries) <= WINDOW or len(entries) < 2:
         return entries
     half = len(entries) // 2
@@ -142,7 +144,7 @@ def _bisect(entries: list[archive_layout.HotEntry], ran_by: dict[archive_layout.
         gains: list[list[tuple[float, int, archive_layout.HotEntry]]] = [[], []]
         for i, e in enumerate(entries):
             here, there = count[side[e]], count[not side[e]]
-            gains[side[e]].append((-sum(_gain(here[p], there[p]) for p in ran_by[e]), i, e))
+            gains[side[e]].append((-sum(weight[p] * _gain(here[p], there[p]) for p in ran_by[e]), i, e))
         moved = 0
         for (left_gain, _, left), (right_gain, _, right) in zip(sorted(gains[False]), sorted(gains[True])):
             if -(left_gain + right_gain) <= 0:
@@ -153,21 +155,22 @@ def _bisect(entries: list[archive_layout.HotEntry], ran_by: dict[archive_layout.
             break
     left_half = [e for e in entries if not side[e]]
     right_half = [e for e in entries if side[e]]
-    return _bisect(left_half, ran_by, size) + _bisect(right_half, ran_by, size)
+    return _bisect(left_half, ran_by, size, weight) + _bisect(right_half, ran_by, size, weight)
 
 
 @dataclass(frozen=True)
 class Traced:
     """What the runs say of each movable function: the plans that ran it, its address in the traced
-    module, its size and its instruction-set group."""
+    module, its size and its instruction-set group; and each plan's weight in the layout (1 / its budget
+    in MB)."""
     plans: dict[archive_layout.HotEntry, frozenset[int]]
     first: dict[archive_layout.HotEntry, int]
     size: dict[archive_layout.HotEntry, int]
     group: dict[archive_layout.HotEntry, str]
-    runs: int
+    weight: tuple[float, ...]
 
     @classmethod
-    def of(cls, runs: Sequence[list[link_map.InputSection]]) -> Traced:
+    def of(cls, runs: Sequence[list[link_map.InputSection]], budgets: Sequence[int]) -> Traced:
         ran_by: dict[archive_layout.HotEntry, set[int]] = defaultdict(set)
         first: dict[archive_layout.HotEntry, int] = {}
         size: dict[archive_layout.HotEntry, int] = {}
@@ -181,7 +184,7 @@ class Traced:
                 first.setdefault(entry, section.address)
                 size[entry] = section.size
                 group[entry] = archive_layout.isa_group(section.member)
-        return cls({e: frozenset(p) for e, p in ran_by.items()}, first, size, group, len(runs))
+        return cls({e: frozenset(p) for e, p in ran_by.items()}, first, size, group, tuple(1e6 / b for b in budgets))
 
     def most_used_first(self) -> list[archive_layout.HotEntry]:
         """Those more plans ran first; among as many, those the same plans ran together, in order of address."""
@@ -193,10 +196,10 @@ class Traced:
         64 KB windows."""
         start = self.most_used_first()
         return [e for g in sorted(set(self.group.values()))
-                for e in _bisect([e for e in start if self.group[e] == g], self.plans, self.size)]
+                for e in _bisect([e for e in start if self.group[e] == g], self.plans, self.size, self.weight)]
 
-    def windows(self, order: Sequence[archive_layout.HotEntry]) -> int:
-        """The WINDOWs the plans' functions occupy, summed over the plans, with `order` (which holds
+    def windows(self, order: Sequence[archive_layout.HotEntry], plans: Sequence[int] | None = None) -> int:
+        """The WINDOWs the plans' (`plans`, default all) functions occupy, summed over them, with `order` (which holds
         every function they ran) laid out as the build does: group by group, back to back, 16-byte
         aligned. An estimate: where the linker starts each group moves the window boundaries."""
         start: dict[archive_layout.HotEntry, int] = {}
@@ -206,7 +209,7 @@ class Traced:
                 offset = -(-offset // 16) * 16
                 start[entry], offset = offset, offset + self.size[entry]
         total = 0
-        for plan in range(self.runs):
+        for plan in range(len(self.weight)) if plans is None else plans:
             ran = [e for e, plans in self.plans.items() if plan in plans]
             total += len({w for e in ran for w in range(start[e] // WINDOW, (start[e] + self.size[e] - 1) // WINDOW + 1)})
         return total
@@ -252,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections = link_map.text_sections(link_map_path)
     runs = [link_map.sections_on_pages(sections, trace_in_child(plan, args.tracer, module), PAGE)
             for plan in tqdm(args.plans, desc="trace", unit="plan", disable=None)]
-    found = Traced.of(runs)
+    found = Traced.of(runs, [sidecar.load(plan, native_checks=False).plan.budget for plan in args.plans])
     traced = found.hot_list()
     entries = merged(traced, earlier)
     size = sum(s.size for s in {s for run in runs for s in run if movable(s)})

@@ -4,6 +4,7 @@ finds exactly the functions a model runs."""
 
 from __future__ import annotations
 
+import random
 import subprocess
 from pathlib import Path
 
@@ -125,8 +126,20 @@ def test_the_hot_list_keeps_what_one_plan_runs_in_fewer_windows_than_most_used_f
     plans_of = [set(plans) for plans, count in families for _ in range(count)]
     runs = [[link_map.InputSection(PAGE * f, PAGE, f".text.f{f}", "mat.cpp.o", "libncnn.a")
              for f, plans in enumerate(plans_of) if p in plans] for p in range(6)]
-    traced = code_trace.Traced.of(runs)
+    traced = code_trace.Traced.of(runs, [16_000_000] * 6)
     hot = traced.hot_list()
     assert sorted(hot) == sorted({(s.member, s.name) for run in runs for s in run})
     assert traced.windows(hot) < traced.windows(traced.most_used_first())
-    assert code_trace.Traced.of(runs).hot_list() == hot  # deterministic
+    assert code_trace.Traced.of(runs, [16_000_000] * 6).hot_list() == hot  # deterministic
+
+
+def test_the_hot_list_keeps_a_smaller_budgets_code_together_where_plans_compete() -> None:
+    # three plans of 34 functions (4 KB each) sharing them pairwise: not all can lie in 3 windows
+    families = [((0, 1), 8), ((0,), 16), ((1,), 16), ((0, 2), 10), ((1, 2), 10), ((2,), 12)]
+    plans_of = [set(plans) for plans, count in families for _ in range(count)]
+    random.Random(1).shuffle(plans_of)
+    runs = [[link_map.InputSection(PAGE * f, PAGE, f".text.f{f}", "mat.cpp.o", "libncnn.a")
+             for f, plans in enumerate(plans_of) if p in plans] for p in range(3)]
+    equal = code_trace.Traced.of(runs, [10_000_000] * 3)
+    small_last = code_trace.Traced.of(runs, [100_000_000, 100_000_000, 1_000_000])
+    assert small_last.windows(small_last.hot_list(), [2]) == 3 < equal.windows(equal.hot_list(), [2])
