@@ -5,6 +5,14 @@
 
 namespace flexnn {
 
+PlannedBuffers::PlannedBuffers(const std::vector<uint32_t>& counts)
+    : first_(counts.size() + 1, 0)
+{
+    for (size_t s = 0; s < counts.size(); s++)
+        first_[s + 1] = first_[s] + counts[s];
+    slots_.assign(first_.back(), PlannedBuffer{0, 0});
+}
+
 ArenaAllocator::ArenaAllocator(Role role, const StepClock& clock, Failure& failure, CountingAllocator& outside, FaultInjector& faults)
     : role_(role), clock_(clock), failure_(failure), outside_(outside), faults_(faults), owner_(std::this_thread::get_id())
 {
@@ -18,14 +26,14 @@ void ArenaAllocator::bind(unsigned char* base, PlannedBuffers buffers, const Ste
     buffers_ = std::move(buffers);
     step_namer_ = step_name;
     outside_limit_ = outside_limit;
-    next_ordinal_.assign(buffers_.size(), 0);
+    next_ordinal_.assign(buffers_.steps(), 0);
     held_.clear();
 }
 
 void ArenaAllocator::begin_inference(std::thread::id owner)
 {
     owner_.store(owner);
-    next_ordinal_.assign(buffers_.size(), 0);
+    next_ordinal_.assign(buffers_.steps(), 0);
     served_bytes_ = 0;
     held_.clear();
 }
@@ -66,15 +74,15 @@ std::string ArenaAllocator::describe(size_t size, int step, int ordinal) const
 
 const PlannedBuffer* ArenaAllocator::planned_for(size_t size, int step, int ordinal)
 {
-    const bool known_step = step >= 0 && step < (int)buffers_.size();
-    if (!known_step || ordinal >= (int)buffers_[step].size())
+    const bool known_step = step >= 0 && step < buffers_.steps();
+    if (!known_step || ordinal >= buffers_.count(step))
     {
         failure_.set(describe(size, step, ordinal) + " is not in the plan (prepare saw "
-                     + std::to_string(known_step ? buffers_[step].size() : 0) + " " + role_name(role_)
+                     + std::to_string(known_step ? buffers_.count(step) : 0) + " " + role_name(role_)
                      + " buffers there): the model or its options differ from what was prepared");
         return nullptr;
     }
-    const PlannedBuffer& planned = buffers_[step][ordinal];
+    const PlannedBuffer& planned = buffers_.at(step, ordinal);
     if (size > planned.size)
     {
         failure_.set(describe(size, step, ordinal) + " is larger than planned (" + std::to_string(planned.size)
@@ -86,7 +94,7 @@ const PlannedBuffer* ArenaAllocator::planned_for(size_t size, int step, int ordi
 
 int ArenaAllocator::take_ordinal(int step)
 {
-    return step >= 0 && step < (int)buffers_.size() ? next_ordinal_[step]++ : 0;
+    return step >= 0 && step < buffers_.steps() ? next_ordinal_[step]++ : 0;
 }
 
 unsigned char* ArenaAllocator::pass(size_t size)

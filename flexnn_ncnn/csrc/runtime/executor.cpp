@@ -201,7 +201,12 @@ Status Executor::set_plan_locked(const Plan& plan)
 
     // where each (role, step, ordinal) goes; ordinals must be dense, as the allocators count them
     const int steps = schedule_.step_count();
-    std::vector<PlannedBuffers> buffers(3, PlannedBuffers(steps));
+    std::vector<std::vector<uint32_t> > counts(3, std::vector<uint32_t>(steps, 0));
+    for (const TensorUse& t : profile_.tensors)
+        counts[(int)t.role][t.layer] = std::max(counts[(int)t.role][t.layer], (uint32_t)t.ordinal + 1);
+    std::vector<PlannedBuffers> buffers;
+    for (const std::vector<uint32_t>& role_counts : counts)
+        buffers.emplace_back(role_counts);
     std::vector<int> weight_count(steps, 0), pinned_count(steps, 0);
     std::vector<ByteRanges> weight_ranges(steps), give_back(steps);
     std::vector<bool> maps(steps, false);
@@ -210,10 +215,7 @@ Status Executor::set_plan_locked(const Plan& plan)
     for (size_t k = 0; k < profile_.tensors.size(); k++)
     {
         const TensorUse& t = profile_.tensors[k];
-        std::vector<PlannedBuffer>& slots = buffers[(int)t.role][t.layer];
-        if ((int)slots.size() <= t.ordinal)
-            slots.resize(t.ordinal + 1, PlannedBuffer{0, 0});
-        slots[t.ordinal] = {plan.tensors[k].offset, t.size};
+        buffers[(int)t.role].at(t.layer, t.ordinal) = {plan.tensors[k].offset, t.size};
         if (t.role == Role::Weight)
         {
             weight_count[t.layer]++;
@@ -236,8 +238,8 @@ Status Executor::set_plan_locked(const Plan& plan)
     }
     for (int role = 0; role < 3; role++)
         for (int step = 0; step < steps; step++)
-            for (const PlannedBuffer& b : buffers[role][step])
-                if (b.size == 0)
+            for (int ordinal = 0; ordinal < buffers[role].count(step); ordinal++)
+                if (buffers[role].at(step, ordinal).size == 0)
                     return Status::error("profile: " + step_name_(step) + " has a gap in its " + role_name((Role)role) + " ordinals");
     std::vector<bool> resident(steps, false);
     std::vector<int> wait_for(steps, -1);
@@ -291,9 +293,9 @@ Status Executor::set_plan_locked(const Plan& plan)
     ArenaCanary* canary = canary_.armed() ? &canary_ : nullptr;
     const uint64_t beside = reserved_outside_bytes() + (options_.static_arena ? 0 : plan.arena_bytes);
     const size_t outside_limit = options_.outside_allowance > SIZE_MAX - beside ? SIZE_MAX : (size_t)(options_.outside_allowance + beside);
-    weights_.bind(arena_.get(), buffers[(int)Role::Weight], &step_name_, outside_limit, canary);
-    blobs_.bind(arena_.get(), buffers[(int)Role::Activation], &step_name_, outside_limit, canary);
-    workspace_.bind(arena_.get(), buffers[(int)Role::Intermediate], &step_name_, outside_limit, canary);
+    weights_.bind(arena_.get(), std::move(buffers[(int)Role::Weight]), &step_name_, outside_limit, canary);
+    blobs_.bind(arena_.get(), std::move(buffers[(int)Role::Activation]), &step_name_, outside_limit, canary);
+    workspace_.bind(arena_.get(), std::move(buffers[(int)Role::Intermediate]), &step_name_, outside_limit, canary);
     return Status();
 }
 
