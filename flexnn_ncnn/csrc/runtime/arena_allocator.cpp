@@ -5,14 +5,6 @@
 
 namespace flexnn {
 
-PlannedBuffers::PlannedBuffers(const std::vector<uint32_t>& counts)
-    : first_(counts.size() + 1, 0)
-{
-    for (size_t s = 0; s < counts.size(); s++)
-        first_[s + 1] = first_[s] + counts[s];
-    slots_.assign(first_.back(), PlannedBuffer{0, 0});
-}
-
 ArenaAllocator::ArenaAllocator(Role role, const StepClock& clock, Failure& failure, CountingAllocator& outside, FaultInjector& faults)
     : role_(role), clock_(clock), failure_(failure), outside_(outside), faults_(faults), owner_(std::this_thread::get_id())
 {

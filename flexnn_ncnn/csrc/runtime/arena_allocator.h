@@ -3,6 +3,7 @@
 
 #include "planner/profile.h"
 #include "runtime/arena_canary.h"
+#include "runtime/by_step.h"
 #include "runtime/counting_allocator.h"
 #include "runtime/failure.h"
 #include "runtime/fault_injector.h"
@@ -25,37 +26,8 @@ struct PlannedBuffer
     uint64_t size;
 };
 
-// The buffers of one role, by step then by ordinal within (step, role): step s's are slots_[first_[s],
-// first_[s + 1]) in ordinal order. One table, not a vector per step: a tiled model has thousands of
-// steps, and what the process holds beside the arena grows with them.
-class PlannedBuffers
-{
-public:
-    PlannedBuffers() = default;
-    // counts[s] buffers for step s, each empty (size 0) until set
-    explicit PlannedBuffers(const std::vector<uint32_t>& counts);
-
-    int steps() const
-    {
-        return first_.empty() ? 0 : (int)first_.size() - 1;
-    }
-    int count(int step) const
-    {
-        return (int)(first_[step + 1] - first_[step]);
-    }
-    PlannedBuffer& at(int step, int ordinal)
-    {
-        return slots_[first_[step] + ordinal];
-    }
-    const PlannedBuffer& at(int step, int ordinal) const
-    {
-        return slots_[first_[step] + ordinal];
-    }
-
-private:
-    std::vector<uint32_t> first_;
-    std::vector<PlannedBuffer> slots_;
-};
+// The buffers of one role, by step then by ordinal within (step, role).
+using PlannedBuffers = ByStep<PlannedBuffer>;
 
 // names a step in messages ("step 3 (layer conv1)")
 using StepNamer = std::function<std::string(int)>;

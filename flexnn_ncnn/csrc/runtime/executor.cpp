@@ -201,40 +201,45 @@ Status Executor::set_plan_locked(const Plan& plan)
 
     // where each (role, step, ordinal) goes; ordinals must be dense, as the allocators count them
     const int steps = schedule_.step_count();
+    // with canaries every record page is given back, so the canary may poison any byte no tensor holds
+    const std::vector<ByteRanges> pages = options_.canaries || !plan.mapped ? std::vector<ByteRanges>() : pages_to_give_back(profile_, plan);
+    const auto given_back = [&](size_t k) {
+        return plan.mapped && profile_.tensors[k].transformed && !plan.tensors[k].pinned;
+    };
     std::vector<std::vector<uint32_t> > counts(3, std::vector<uint32_t>(steps, 0));
-    for (const TensorUse& t : profile_.tensors)
+    std::vector<uint32_t> weight_count(steps, 0), give_back_count(steps, 0);
+    for (size_t k = 0; k < profile_.tensors.size(); k++)
+    {
+        const TensorUse& t = profile_.tensors[k];
         counts[(int)t.role][t.layer] = std::max(counts[(int)t.role][t.layer], (uint32_t)t.ordinal + 1);
+        weight_count[t.layer] += t.role == Role::Weight ? 1 : 0;
+        give_back_count[t.layer] += given_back(k) ? (options_.canaries ? 1 : (uint32_t)pages[k].size()) : 0;
+    }
     std::vector<PlannedBuffers> buffers;
     for (const std::vector<uint32_t>& role_counts : counts)
         buffers.emplace_back(role_counts);
-    std::vector<int> weight_count(steps, 0), pinned_count(steps, 0);
-    std::vector<ByteRanges> weight_ranges(steps), give_back(steps);
+    ByStep<std::pair<uint64_t, uint64_t> > weight_ranges(weight_count), give_back(give_back_count);
+    std::vector<uint32_t> pinned_count(steps, 0), weights_set(steps, 0), given_back_set(steps, 0);
     std::vector<bool> maps(steps, false);
-    // with canaries every record page is given back, so the canary may poison any byte no tensor holds
-    const std::vector<ByteRanges> pages = options_.canaries ? std::vector<ByteRanges>() : pages_to_give_back(profile_, plan);
     for (size_t k = 0; k < profile_.tensors.size(); k++)
     {
         const TensorUse& t = profile_.tensors[k];
         buffers[(int)t.role].at(t.layer, t.ordinal) = {plan.tensors[k].offset, t.size};
-        if (t.role == Role::Weight)
+        if (t.role != Role::Weight)
+            continue;
+        pinned_count[t.layer] += plan.tensors[k].pinned ? 1 : 0;
+        const std::pair<uint64_t, uint64_t> placed{plan.tensors[k].offset, planned_bytes(t, plan.mapped, plan.alignment)};
+        weight_ranges.at(t.layer, weights_set[t.layer]++) = placed;
+        if (plan.mapped && t.transformed)
         {
-            weight_count[t.layer]++;
-            pinned_count[t.layer] += plan.tensors[k].pinned ? 1 : 0;
-            const std::pair<uint64_t, uint64_t> placed{plan.tensors[k].offset, planned_bytes(t, plan.mapped, plan.alignment)};
-            weight_ranges[t.layer].push_back(placed);
-            if (plan.mapped && t.transformed)
-            {
-                // given back by the computing thread once its layer has computed
-                if (t.last_use != t.layer)
-                    return Status::error("profile: " + step_name_(t.layer) + " has a mapped weight used after its layer");
-                maps[t.layer] = true;
-                if (!plan.tensors[k].pinned)
-                {
-                    const ByteRanges& mine = options_.canaries ? ByteRanges{placed} : pages[k];
-                    give_back[t.layer].insert(give_back[t.layer].end(), mine.begin(), mine.end());
-                }
-            }
+            // given back by the computing thread once its layer has computed
+            if (t.last_use != t.layer)
+                return Status::error("profile: " + step_name_(t.layer) + " has a mapped weight used after its layer");
+            maps[t.layer] = true;
         }
+        if (given_back(k))
+            for (const auto& range : options_.canaries ? ByteRanges{placed} : pages[k])
+                give_back.at(t.layer, given_back_set[t.layer]++) = range;
     }
     for (int role = 0; role < 3; role++)
         for (int step = 0; step < steps; step++)
@@ -327,7 +332,7 @@ Status Executor::load_step(int step)
         // releasing the layer's weights of its last load writes their refcounts, inside the bytes
         // this load is about to take (the plan's dependencies have freed them): poison them again
         planned->unload(load_opt_);
-        for (const auto& r : weight_ranges_[step])
+        for (const auto& r : weight_ranges_.of(step))
             canary_.poison(r.first, r.second);
     }
     const LayerTransforms* transforms = transformed_.layer(layer);
@@ -474,14 +479,14 @@ int Executor::after_compute(int layer_index, int ret)
     // this step ends: that tensor is this thread's (a later step's) or a load waiting for this step
     if (ret == 0 && maps_[step] && !resident_[step])
     {
-        Status s = mapped_.give_back(layer_index, arena_.get(), give_back_[step]);
+        Status s = mapped_.give_back(layer_index, arena_.get(), give_back_.of(step));
         if (!s.ok())
             failure_.set(s.message());
     }
     // a streamed layer's weights die with its computation: the next load into their bytes (after
     // this step, by the plan's dependencies) finds them poisoned
     if (ret == 0 && canary_.armed() && !resident_[step])
-        for (const auto& range : weight_ranges_[step])
+        for (const auto& range : weight_ranges_.of(step))
             canary_.poison(range.first, range.second);
     if (ret != 0 && !failure_.failed())
         failure_.set("layer " + model_->layer_name(layer_index) + " failed to compute (NCNN error " + std::to_string(ret) + ")");
@@ -581,7 +586,7 @@ Status Executor::run_locked(const NamedMats& inputs, const OutputTaker& take, Ru
         std::vector<std::pair<uint64_t, uint64_t> > built;
         for (size_t step = 0; step < built_.size(); step++)
             if (built_[step])
-                built.insert(built.end(), weight_ranges_[step].begin(), weight_ranges_[step].end());
+                built.insert(built.end(), weight_ranges_.of(step).begin(), weight_ranges_.of(step).end());
         canary_.poison_all_but(built);
     }
     blobs_.begin_inference(std::this_thread::get_id());

@@ -5,6 +5,7 @@
 #include "planner/planner.h"
 #include "planner/profile.h"
 #include "runtime/arena_allocator.h"
+#include "runtime/by_step.h"
 #include "runtime/counting_allocator.h"
 #include "runtime/direct_window.h"
 #include "runtime/failure.h"
@@ -184,11 +185,11 @@ private:
     // per step: whether its layer's transformed records are mapped over their arena bytes, and the
     // pages of them to give back to the arena once it has computed (planner/record_pages.h)
     std::vector<bool> maps_;
-    std::vector<ByteRanges> give_back_;
+    ByStep<std::pair<uint64_t, uint64_t> > give_back_;
     uint64_t mapped_weight_bytes_ = 0; // loading thread only
     // per step: its weights' (offset, planned bytes) in the arena; with canaries, poisoned once a streamed
     // layer has computed, kept at the start of a run once a resident one is built
-    std::vector<ByteRanges> weight_ranges_;
+    ByStep<std::pair<uint64_t, uint64_t> > weight_ranges_;
     bool pin_loader_ = false;       // whether the loading thread runs on loader_cpus_ only
     ncnn::CpuSet loader_cpus_;
     ncnn::Option load_opt_;

@@ -113,7 +113,7 @@ Status MappedWeights::anonymous(unsigned char* address, size_t length) const
     return Status();
 }
 
-Status MappedWeights::give_back(int layer, unsigned char* base, const ByteRanges& pages)
+Status MappedWeights::give_back(int layer, unsigned char* base, ByStep<std::pair<uint64_t, uint64_t> >::Values pages)
 {
     for (const auto& p : pages)
     {

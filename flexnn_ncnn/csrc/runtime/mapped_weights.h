@@ -3,6 +3,7 @@
 
 #include "planner/record_pages.h"
 #include "runtime/arena_allocator.h"
+#include "runtime/by_step.h"
 #include "runtime/status.h"
 
 #include <mat.h>
@@ -49,7 +50,7 @@ public:
     bool point(const TransformedMat& m, ncnn::Mat& weight, std::string& error);
     // computing thread, once `layer` has computed: `pages` (offsets into the arena at `base`) are
     // the arena's again; its records are no longer counted as mapped
-    Status give_back(int layer, unsigned char* base, const ByteRanges& pages);
+    Status give_back(int layer, unsigned char* base, ByStep<std::pair<uint64_t, uint64_t> >::Values pages);
     // all of `layer`'s record pages (a run that stopped before computing it)
     Status restore(int layer);
     // every page of the arena at `base` up to `bytes`, before it is freed or planned anew
