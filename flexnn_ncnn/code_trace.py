@@ -28,7 +28,7 @@ import math
 import subprocess
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -264,9 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
              "# written by python -m flexnn_ncnn.code_trace, laid out first by the build (archive_layout.py)",
              *(f"{member}\t{section}" for member, section in entries)]
     atomic_write(args.output, lambda f: f.write(("\n".join(lines) + "\n").encode()))
+    alike = replace(found, weight=(1.0,) * len(found.weight))
     print(f"{args.output}: {len(entries)} functions ({len(traced)} traced), {size:,} B of traced code in this build; "
           f"laid out back to back, the {len(runs)} plans' functions take {found.windows(traced)} 64 KB windows in all "
-          f"({found.windows(found.most_used_first())} most used first)")
+          f"({alike.windows(alike.hot_list())} with every plan weighted alike, "
+          f"{found.windows(found.most_used_first())} most used first)")
     return 0
 
 

@@ -6,9 +6,9 @@
 
 namespace flexnn {
 
-// Values grouped by step in one table: step s's are [begin(s), end(s)), in the order they were set.
-// A tiled model has thousands of steps, and what a process holds beside the arena grows with them:
-// one table, not a vector per step. Sized by counting first, then filled.
+// Values grouped by step in one table: step s's are of(s), at(s, 0) .. at(s, count(s) - 1). A tiled
+// model has thousands of steps, and what a process holds beside the arena grows with them: one
+// table, not a vector per step. Sized by counting first, then filled.
 template<typename T>
 class ByStep
 {

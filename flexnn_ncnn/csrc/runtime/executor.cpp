@@ -586,7 +586,10 @@ Status Executor::run_locked(const NamedMats& inputs, const OutputTaker& take, Ru
         std::vector<std::pair<uint64_t, uint64_t> > built;
         for (size_t step = 0; step < built_.size(); step++)
             if (built_[step])
-                built.insert(built.end(), weight_ranges_.of(step).begin(), weight_ranges_.of(step).end());
+            {
+                const auto ranges = weight_ranges_.of(step);
+                built.insert(built.end(), ranges.begin(), ranges.end());
+            }
         canary_.poison_all_but(built);
     }
     blobs_.begin_inference(std::this_thread::get_id());
