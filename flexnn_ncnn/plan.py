@@ -1,7 +1,9 @@
 """`python -m flexnn_ncnn.plan PLAN.json --budget 60MB [-o OUT.json]`: re-plan a sidecar's profile offline.
 
 The profile stored in the sidecar (as `prepare` wrote it) is planned again for the new budget (no
-re-slicing, no run on the target): the runtime's arena plus its over-read margin fit in the budget.
+re-slicing, no run on the target): the runtime's arena plus its over-read margin fit in the budget,
+beside the sidecar's reservation. A budget the sidecar holds a plan for keeps that plan (prepare's
+leaves room for what it measured running it, which may be less than the reservation).
 Without `-o` nothing is written; with it, a copy of the sidecar holding the new plan (and the
 `--ladder` plans, if asked) is written atomically, its model file names relative to the new file.
 The input is never modified.
@@ -22,6 +24,15 @@ from .units import format_size, parse_size
 
 def parse_budgets(text: str) -> list[int]:
     return [parse_size(part) for part in text.split(",") if part.strip()]
+
+
+def plan_for(source: sidecar.Sidecar, budget: int, algorithm: str) -> planning.Plan:
+    """The sidecar's own plan for exactly `budget` with `algorithm` (prepare's, which leaves room for what
+    it measured running it), else `budget` re-planned leaving room for the sidecar's reservation."""
+    stored = source.plan_for(budget)
+    if stored is not None and stored.algorithm == algorithm:
+        return stored
+    return planning.plan_for_budget(source.profile, budget, algorithm, reserved=source.reserved_bytes)
 
 
 def describe(profile: planning.Profile, plan: planning.Plan, seconds: float) -> list[str]:
@@ -63,12 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UserError("--ladder stores plans in the output: give -o OUT.json")
     source = sidecar.load(args.sidecar)
     start = time.perf_counter()
-    plan = planning.plan_for_budget(source.profile, budget, args.algorithm, reserved=source.reserved_bytes)
+    plan = plan_for(source, budget, args.algorithm)
     seconds = time.perf_counter() - start
     print("\n".join(describe(source.profile, plan, seconds)))
     if args.output is not None:
-        ladder = None if args.ladder is None else tuple(planning.plans_for(source.profile, args.ladder, args.algorithm,
-                                                                            reserved=source.reserved_bytes))
+        ladder = None if args.ladder is None else tuple(plan_for(source, b, args.algorithm) for b in args.ladder)
         written = sidecar.moved(sidecar.with_plans(source, plan, ladder), args.sidecar.parent, args.output.parent)
         sidecar.save(written, args.output)
         print(f"wrote {args.output}")

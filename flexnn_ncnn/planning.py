@@ -302,6 +302,10 @@ class Plan:
     # the runtime maps each transformed record over its arena bytes (a page-aligned offset, whole
     # pages and the over-read page: planned_bytes in planner/plan.h) instead of reading it there
     mapped: bool
+    # the resident memory a process running this plan holds beyond the runtime's count, as prepare
+    # measured it running this plan (rounded as it reserves it); None: not measured (a re-plan), the
+    # sidecar's reservation stands for it (Sidecar.uncounted_for)
+    uncounted_rss_bytes: int | None = None
 
     @property
     def ratio(self) -> float:
@@ -320,6 +324,7 @@ class Plan:
             "tensors": {name: number_text(table[:, k]) for k, name in enumerate(PLACEMENT_FIELDS)},
             "pinned_weights": number_text(self.pinned_weights),
             "dependencies": {name: number_text(dependencies[:, k]) for k, name in enumerate(DEPENDENCY_FIELDS)},
+            **({} if self.uncounted_rss_bytes is None else {"uncounted_rss_bytes": self.uncounted_rss_bytes}),
         }
 
     @staticmethod
@@ -336,9 +341,11 @@ class Plan:
         dependencies = _table(number_columns(_field(d, "dependencies", dict, where), DEPENDENCY_FIELDS,
                                              f"{where}.dependencies"), np.int64, where)
         mapped = _field(d, "mapped", bool, where) if "mapped" in d else False
+        uncounted = _field(d, "uncounted_rss_bytes", int, where, 0) if "uncounted_rss_bytes" in d else None
         return Plan(algorithm, _field(d, "budget", int, where, 0), _field(d, "alignment", int, where, 1),
                     _field(d, "arena_bytes", int, where, 0), _field(d, "lower_bound", int, where, 0),
-                    Rows(_table([offsets, load_after, pinned], np.int64, where), _placement), Rows(dependencies, _pair), mapped)
+                    Rows(_table([offsets, load_after, pinned], np.int64, where), _placement), Rows(dependencies, _pair), mapped,
+                    uncounted)
 
     def columns(self) -> dict[str, Any]:
         """The form `_planner` takes."""

@@ -85,28 +85,66 @@ UNCOUNTED_MARGIN = 64 * 1024
 UNCOUNTED_QUANTUM = 128 * 1024
 
 
-def _uncounted_rss_bytes(content: sidecar.Sidecar) -> int:
-    """The resident memory running `content` holds beyond the runtime's count, measured in a fresh
-    process on a scratch copy of the sidecar (overhead.py), plus UNCOUNTED_MARGIN, rounded up to
-    UNCOUNTED_QUANTUM; kept (measured.py) by what it depends on: the build, the model's files, whether
-    layers load pre-transformed weights (not that file's bytes, which differ between prepares), the options, the
-    input shapes and this package's Python code (the session's own objects are part of it). So
-    preparing the same files again, here or in another process, plans with the same value: the plan
-    that fitted fits, and the same slice command gives the same answer."""
+def _uncounted_rss_bytes(content: sidecar.Sidecar, arena: int) -> int:
+    """The resident memory running `content`'s plan (made for an arena of at most `arena` bytes) holds
+    beyond the runtime's count, measured in a fresh process on a scratch copy of the sidecar
+    (overhead.py), plus UNCOUNTED_MARGIN, rounded up to UNCOUNTED_QUANTUM; kept (measured.py) by what
+    it depends on: the build, the model's files, whether layers load pre-transformed weights (not that
+    file's bytes, which differ between prepares), the options, the input shapes, the arena the plan was
+    given and whether it maps weights (the layers it keeps resident hold their NCNN objects; not the
+    plan itself, whose pinning follows the profile's timings, which differ between prepares) and this
+    package's Python code (the session's own objects are part of it). So preparing the same files
+    again, here or in another process, plans with the same value: the plan that fitted fits, and the
+    same slice command gives the same answer."""
     key = {"build": measured.build_key(native.load().__file__), "python": measured.python_key(),
            "param": content.model.param_sha256, "bin": content.model.bin_digest,
-           "transformed": bool(content.model.transformed), "target": asdict(content.target), "inputs": content.inputs}
+           "transformed": bool(content.model.transformed), "target": asdict(content.target), "inputs": content.inputs,
+           "arena": arena, "mapped": content.plan.mapped}
 
     def measure() -> int:
         with tempfile.TemporaryDirectory(prefix="flexnn-overhead-") as scratch:
             path = Path(scratch) / f"measuring{sidecar.SUFFIX}"
             write_plan_file(content, path)
             run = overhead.measure_in_child(path, content.input_shapes())
-        log.info("prepare: a run held %s over idle, %s of it counted: every plan leaves room for the other %s",
-                 format_size(run["peak_rss_over_idle_bytes"]), format_size(run["counted_bytes"]),
-                 format_size(run["uncounted_rss_bytes"]))
+        log.info("prepare: a run of a %s arena held %s over idle, %s of it counted: it leaves room for the other %s",
+                 format_size(content.plan.arena_bytes), format_size(run["peak_rss_over_idle_bytes"]),
+                 format_size(run["counted_bytes"]), format_size(run["uncounted_rss_bytes"]))
         return -(-(run["uncounted_rss_bytes"] + UNCOUNTED_MARGIN) // UNCOUNTED_QUANTUM) * UNCOUNTED_QUANTUM
     return measured.recalled("uncounted_rss", key, measure)
+
+
+def _measured(content: sidecar.Sidecar, budget: int | None, reserved: int, mapped: bool) -> planning.Plan:
+    """_plan(...) holding the uncounted RSS measured running it (in a sidecar reserving nothing for it,
+    which runs the plan as it is)."""
+    plan = _plan(content.profile, budget, reserved, mapped)
+    alone = replace(content, plan=plan, ladder=(), uncounted_rss_bytes=0)
+    return replace(plan, uncounted_rss_bytes=_uncounted_rss_bytes(alone, plan.budget - planning.ARENA_MARGIN - reserved))
+
+
+def _fitted(content: sidecar.Sidecar, budget: int | None, mapped: bool) -> planning.Plan:
+    """The plan for `budget` (None: the smallest feasible) beside `content`'s reservation. That was
+    measured on the plan given the whole budget; when it leaves too little, the plans that would run
+    keep fewer layers resident, whose NCNN objects the heap then does not hold, so they are measured
+    themselves: the plan for what the smallest plan's measurement leaves, taken if it fits with its
+    own, else the smallest plan. The budget an infeasible one names is the smallest plan's with its
+    measurement (verified: it ran), and every budget from there up is accepted."""
+    try:
+        return _plan(content.profile, budget, content.reserved_bytes, mapped)
+    except planning.InfeasibleBudget as e:
+        if budget is None or not e.min_feasible_budget:
+            raise
+        missed = e
+    smallest = _measured(content, None, content.outside_bytes, mapped)
+    least = smallest.budget + content.uncounted_for(smallest)  # as prepare names for budget None
+    if budget < least:
+        raise planning.InfeasibleBudget(budget, least, missed.reason,
+                                        beside_arena=planning.ARENA_MARGIN + content.reserved_for(smallest))
+    wider = _measured(content, budget, content.reserved_for(smallest), mapped)
+    if wider.arena_bytes + planning.ARENA_MARGIN + content.reserved_for(wider) <= budget:
+        return wider
+    log.info("prepare: the plan for %s keeps the smallest arena, %s: a larger one holds more than the budget leaves",
+             format_size(budget), format_size(smallest.arena_bytes))
+    return replace(smallest, budget=budget)
 
 
 def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes: dict[str, tuple[int, ...]] | None = None,
@@ -190,8 +228,9 @@ def _prepared(module: Any, param: Path, bin_path: Path, graph: Graph, shapes: di
         plan=measuring_plan,
         outside_bytes=outside,
     )
-    content = replace(content, uncounted_rss_bytes=_uncounted_rss_bytes(content))
-    return sidecar.with_plans(content, _plan(profile, budget, content.reserved_bytes, options.map_weights))
+    arena = measuring_plan.budget - planning.ARENA_MARGIN - outside
+    content = replace(content, uncounted_rss_bytes=_uncounted_rss_bytes(content, arena))
+    return sidecar.with_plans(content, _fitted(content, budget, options.map_weights))
 
 
 def write_plan_file(content: sidecar.Sidecar, path: Path) -> None:

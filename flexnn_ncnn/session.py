@@ -115,10 +115,11 @@ class Session:
         self._mapped_weight_bytes: list[int] = []
         self._mapped_peak_bytes: list[int] = []  # per inference: the most record bytes mapped at once
         self._outside_peak = 0
-        # what every plan leaves beside the arena and its margin: the executor's own buffers outside the
+        # what a re-plan leaves beside the arena and its margin: the executor's own buffers outside the
         # arena (the O_DIRECT window) and the sidecar's reservation (requests from OpenMP workers, and
-        # the resident memory the runtime does not count)
-        self.reserved_bytes = int(self._executor.reserved_outside_bytes()) + content.reserved_bytes
+        # the resident memory the runtime does not count); a stored plan measured by prepare leaves its own
+        self._executor_outside = int(self._executor.reserved_outside_bytes())
+        self.reserved_bytes = self._executor_outside + content.reserved_bytes
         self.set_budget(content.plan.budget if budget is None else budget)
 
     def _set_plan(self, plan: planning.Plan) -> None:
@@ -130,12 +131,14 @@ class Session:
 
     def set_budget(self, budget: int) -> None:
         """Move to the plan for `budget` bytes (between inferences): the sidecar's plan or ladder entry for
-        exactly that budget (a lookup) when it leaves room for `reserved_bytes`, else a re-plan
-        of the stored profile that does.
+        exactly that budget (a lookup) when it leaves room for what it holds beside the arena (the
+        executor's buffers outside it and the sidecar's reservation for it), else a re-plan of the
+        stored profile that leaves room for `reserved_bytes`.
 
         An infeasible budget raises InfeasibleBudget and leaves the session on its current plan."""
         stored = self.sidecar.plan_for(budget)
-        if (stored is None or stored.arena_bytes + planning.ARENA_MARGIN + self.reserved_bytes > budget
+        if (stored is None
+                or stored.arena_bytes + planning.ARENA_MARGIN + self._executor_outside + self.sidecar.reserved_for(stored) > budget
                 or stored.mapped != (self.map_weights and planning.has_transformed(self.profile))):
             try:  # the profile read back from the runtime once, for this re-plan
                 stored = planning.plan_for_budget(self.profile.copy(), budget, reserved=self.reserved_bytes,
@@ -196,8 +199,8 @@ class Session:
             "outside_arena_bytes": self._outside_peak,
             "counted_bytes": arena + self._outside_peak,
             # what the count may reach at this budget: the rest of it is the resident memory the
-            # runtime does not count, which prepare measured (sidecar.uncounted_rss_bytes)
-            "counted_limit_bytes": self.budget - self.sidecar.uncounted_rss_bytes,
+            # runtime does not count, which prepare measured (Sidecar.uncounted_for)
+            "counted_limit_bytes": self.budget - self.sidecar.uncounted_for(self.plan),
             "peak_rss_over_idle_bytes": status_bytes("VmHWM") - self._idle_rss,
             "inferences": len(self._latencies_us),
             "load_wait_us": list(self._load_waits_us),

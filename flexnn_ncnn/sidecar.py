@@ -33,12 +33,13 @@ from .jsonfields import number_text, numbers
 from .planning import ROLES, TENSOR_COLUMN, Plan, Profile, Rows
 
 SCHEMA = "flexnn-plan"
-SCHEMA_VERSION = 10  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
+SCHEMA_VERSION = 11  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
 # 5: uncounted_rss_bytes; 6: build.runtime_version, target.cpu_features, sampled .bin/.transformed digests;
 # 7: the profile's and plans' tables as columns, no copy of the slicer's decisions (a Session holds less);
 # 8: profile.tensors.released_before (intermediates of one layer share bytes); 9: schedule.input_uses
 # (inputs NCNN reads in place, without a copy in the arena); 10: every column of numbers one string
-# (jsonfields.numbers: parsed into an array, no Python object per value)
+# (jsonfields.numbers: parsed into an array, no Python object per value); 11: plan.uncounted_rss_bytes
+# (measured running that plan)
 SUFFIX = ".flexnn.plan.json"
 
 
@@ -173,13 +174,23 @@ class Sidecar:
     outside_bytes: int = 0
     # peak RSS over idle a process running this sidecar holds beyond what the runtime counts (arena +
     # outside it): the sidecar and NCNN's Net in memory, code pages, thread stacks; measured by
-    # prepare in a fresh process (overhead.py), so every plan leaves room for it too
+    # prepare in a fresh process (overhead.py) on the plan given the whole budget beside `outside_bytes`
+    # (the most layers resident, whose NCNN objects stay on the heap), so a re-plan leaves room for it
+    # too; a plan prepare measured itself holds its own (Plan.uncounted_rss_bytes)
     uncounted_rss_bytes: int = 0
 
     @property
     def reserved_bytes(self) -> int:
-        """What every plan of this sidecar leaves beside the arena and its margin (`reserved=`)."""
+        """What a re-plan of this sidecar leaves beside the arena and its margin (`reserved=`)."""
         return self.outside_bytes + self.uncounted_rss_bytes
+
+    def uncounted_for(self, plan: Plan) -> int:
+        """The uncounted RSS `plan` leaves room for: measured running it, else the sidecar's."""
+        return self.uncounted_rss_bytes if plan.uncounted_rss_bytes is None else plan.uncounted_rss_bytes
+
+    def reserved_for(self, plan: Plan) -> int:
+        """What `plan` leaves beside the arena and its margin."""
+        return self.outside_bytes + self.uncounted_for(plan)
 
     def model_files(self, sidecar_path: Path) -> tuple[Path, Path]:
         """The sliced model's .param and .bin, resolved against the sidecar's folder."""
@@ -227,8 +238,7 @@ class Sidecar:
         version = d.get("schema_version")
         if version != SCHEMA_VERSION:
             raise UserError(f"schema_version {version!r} is not supported (this flexnn_ncnn reads {SCHEMA_VERSION}, "
-                            f"which stores each column of the schedule, profile and plans as one string of numbers): "
-                            f"prepare the model again")
+                            f"whose plans hold the uncounted RSS measured running them): prepare the model again")
         known = {"schema", "schema_version", *(f.name for f in fields(Sidecar))}
         unknown = sorted(set(d) - known)
         if unknown:

@@ -162,3 +162,45 @@ def test_run_reads_its_inputs_before_the_model_so_they_are_not_counted_as_its_me
     assert proc.returncode == 0, proc.stderr
     stats = json.loads(proc.stdout.splitlines()[-1])
     assert stats["peak_rss_over_idle_bytes"] - stats["counted_bytes"] < x.nbytes // 2
+
+
+def _deep_chain(folder: Path, layers: int) -> tuple[Path, Path]:
+    """`layers` 3x3 convolutions of 8 channels at 16x16, one after another: tiny weights, many layers."""
+    lines = ["Input data 0 1 data 0=16 1=16 2=8"]
+    lines += [f"Convolution c{i} 1 1 {'data' if i == 0 else f'b{i - 1}'} b{i} 0=8 1=3 4=1 5=1 6=576 9=1" for i in range(layers)]
+    param, bin_ = folder / "chain.param", folder / "chain.bin"
+    param.write_text(f"7767517\n{len(lines)} {len(lines)}\n" + "\n".join(lines) + "\n")
+    with open(bin_, "wb") as f:
+        random_modelbin(read_param(param), seed=3, storage="fp32").write(f)
+    return param, bin_
+
+
+def test_the_smallest_budget_is_measured_on_the_plan_that_runs_there(tmp_path: Path) -> None:
+    """The sidecar's reservation is measured on the plan given the whole budget, which keeps every
+    layer of a deep chain resident and their NCNN objects on the heap; the plan that runs at the
+    smallest budget builds them per inference and holds less. Prepared at that budget, the model is
+    accepted (not refused for what the larger plan holds), its plan carries its own measurement, and it
+    runs there: outputs equal stock NCNN's, counted memory within what the budget leaves."""
+    param, bin_ = _deep_chain(tmp_path, 300)
+    at_min = prepare_model(param, bin_, None)
+    smallest = at_min.plan.budget
+    content = prepare_model(param, bin_, smallest)
+    assert content.uncounted_rss_bytes > content.uncounted_for(content.plan)  # the whole-budget plan held more
+    assert content.plan.budget == smallest and content.plan.uncounted_rss_bytes is not None
+    assert content.plan.arena_bytes + ARENA_MARGIN + content.reserved_for(content.plan) <= smallest
+    path = tmp_path / f"chain{sidecar.SUFFIX}"
+    write_plan_file(content, path)
+    assert sidecar.load(path).plan.uncounted_rss_bytes == content.plan.uncounted_rss_bytes
+    session = Session(path)
+    assert session.plan.arena_bytes == content.plan.arena_bytes  # the stored plan, not a re-plan
+    x = np.random.default_rng(4).standard_normal((8, 16, 16)).astype(np.float32)
+    got = session.run({"data": x})["b299"]
+    np.testing.assert_allclose(got, run_stock(param, bin_, {"data": x}, ["b299"])["b299"], rtol=1e-3, atol=1e-4)
+    stats = session.stats()
+    assert stats["counted_bytes"] <= stats["counted_limit_bytes"] == smallest - content.plan.uncounted_rss_bytes
+    # the plan CLI keeps the stored plan for its budget; one byte less is refused, naming that budget
+    proc = run_module("plan", str(path), "--budget", str(smallest))
+    assert proc.returncode == 0, proc.stderr
+    with pytest.raises(planning.InfeasibleBudget) as info:
+        prepare_model(param, bin_, smallest - 1)
+    assert info.value.min_feasible_budget == smallest

@@ -142,8 +142,8 @@ def test_a_version_4_sidecar_is_refused_in_one_line_naming_what_it_lacks(saved: 
         sidecar.load(path)
     message = str(info.value)
     assert "\n" not in message
-    assert (f"schema_version 4 is not supported (this flexnn_ncnn reads {sidecar.SCHEMA_VERSION}, which stores each column of "
-            "the schedule, profile and plans as one string of numbers): prepare the model again") in message
+    assert (f"schema_version 4 is not supported (this flexnn_ncnn reads {sidecar.SCHEMA_VERSION}, whose plans hold the "
+            "uncounted RSS measured running them): prepare the model again") in message
 
 
 @pytest.mark.parametrize("shape", [[16, 8, 4], [5, 5, 5, 4]])

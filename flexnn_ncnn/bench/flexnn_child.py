@@ -127,7 +127,7 @@ def plan_for(mode: str, budget: int | str | None, prepared: Path) -> tuple[Path,
     content = sidecar.load(prepared)
     start = time.perf_counter()
     if mode != "swapnet":
-        planning.plan_for_budget(content.profile, content.plan.budget, reserved=content.reserved_bytes)
+        planning.plan_for_budget(content.profile, content.plan.budget, reserved=content.reserved_for(content.plan))
         return prepared, content, (time.perf_counter() - start) * 1e3
     assert isinstance(budget, int)
     plan = swapnet.swapnet_plan(content.profile, budget, reserved=content.reserved_bytes)

@@ -23,7 +23,8 @@ Because the loop is not monotone, a probe is not either: it starts from what ear
 beside the arena and, when it misses, again from nothing reserved (as a direct run starts); and the
 attempts that missed are kept under the budget their plans named, whose slicings fit from there up: a
 probe at or above such a budget, and the search's answer, take one (sliced and prepared again) where
-it plans.
+it plans. Last, the slicing found may plan within less than the probe it fitted: its own smallest
+budget (prepare's smallest plan, measured running) is the answer when lower.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
             break  # the slicer cannot cut further
         try:
             prepared = _prepared(result, budget, graph, shapes, options, scratch, f"attempt{attempt}")
-            return result, 0, prepared.reserved_bytes + planning.ARENA_MARGIN
+            return result, 0, prepared.reserved_for(prepared.plan) + planning.ARENA_MARGIN
         except planning.InfeasibleBudget as e:
             if not e.min_feasible_budget:
                 raise
@@ -292,13 +293,20 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
         if result is not None:
             probes.append(Probe(below, True))
             best, high = result, below
+    # the slicing found may plan within less than the probe it fitted (between probes whose loops
+    # sliced otherwise): its own smallest budget, as prepare plans and measures it
+    own = _prepared(best, None, graph, shapes, options, scratch, "smallest").plan.budget
+    if own < high:
+        log.info("the slicing found fits %s, its own smallest budget", format_size(own))
+        probes.append(Probe(own, True))
+        high = own
     return SmallestBudget(high, best, tuple(probes), time.monotonic() - started)
 
 
-def _prepared(result: SlicingResult, budget: int, graph: Graph, shapes: dict[str, BlobShape], options: RuntimeOptions,
+def _prepared(result: SlicingResult, budget: int | None, graph: Graph, shapes: dict[str, BlobShape], options: RuntimeOptions,
               scratch: Path, stem: str) -> sidecar.Sidecar:
-    """`result` written to `scratch` as `stem`, prepared here and planned for `budget`; raises
-    InfeasibleBudget when it does not plan within it."""
+    """`result` written to `scratch` as `stem`, prepared here and planned for `budget` (None: its smallest
+    feasible one); raises InfeasibleBudget when it does not plan within it."""
     sliced_param, sliced_bin, _ = write_sliced(result, scratch, stem)
     return prepare_model(sliced_param, sliced_bin, budget, {name: tuple(shapes[name].numpy()) for name in graph.inputs},
                          options)
