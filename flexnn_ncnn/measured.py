@@ -23,8 +23,6 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from .files import sampled_digest
-
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "FLEXNN_NCNN_CACHE"
@@ -39,8 +37,12 @@ def cache_dir() -> Path:
 
 @functools.cache
 def build_key(native_module_path: str) -> str:
-    """The build the measurements belong to: the native module's bytes and the interpreter running it."""
-    return f"{sampled_digest(Path(native_module_path))}|{sys.implementation.cache_tag}"
+    """The build the measurements belong to: every byte of the native module (a relayout of its code
+    may change only bytes a sampled digest skips, and what a process holds with it) and the
+    interpreter running it. Hashed once per process."""
+    with open(native_module_path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    return f"{digest}|{sys.implementation.cache_tag}"
 
 
 def source_digest(package: Path) -> str:

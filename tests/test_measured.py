@@ -83,3 +83,19 @@ def test_the_python_key_follows_the_package_sources(tmp_path: Path) -> None:
     (package / "sub" / "b.py").write_text("B = 3\n")
     assert measured.source_digest(package) != before
     assert len(measured.python_key()) == 16
+
+
+def test_the_build_key_sees_a_change_anywhere_in_the_module(tmp_path) -> None:
+    """A byte changed between the blocks a sampled digest reads (files.sampled_digest) is another build:
+    a relayout of the module's code can change only such bytes, and measurements of the old build
+    must not be recalled for it."""
+    from flexnn_ncnn.files import DIGEST_BLOCK_BYTES, sampled_digest
+    data = bytearray(os.urandom(4 << 20))
+    before, after = tmp_path / "a" / "_native.so", tmp_path / "b" / "_native.so"
+    before.parent.mkdir()
+    after.parent.mkdir()
+    before.write_bytes(data)
+    data[DIGEST_BLOCK_BYTES + 100] ^= 0xFF  # past the first block, before the second (at about 1/31 of the file)
+    after.write_bytes(data)
+    assert sampled_digest(before) == sampled_digest(after)  # the change lies where sampling does not look
+    assert measured.build_key(str(before)) != measured.build_key(str(after))
