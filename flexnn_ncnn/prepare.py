@@ -12,10 +12,12 @@ layer's compute time: the planner's profile. The sidecar (flexnn_ncnn/sidecar.py
 docs/PLAN_FORMAT.md) holds the profile, the schedule the runtime needs (execution order, byte
 ranges, flags), the target and options it was made with, the build, the model's sha256 and the plan
 for the budget.
-Last, a fresh process runs the prepared model once (overhead.py) to measure the resident memory the
-runtime does not count (the sidecar and NCNN's Net in memory, code pages, thread stacks): the
-sidecar records it and the plan leaves room for it beside the arena. An infeasible budget writes
-nothing and names the smallest feasible one.
+Last, a fresh process runs the prepared model once (overhead.py), on the plan given the whole budget,
+to measure the resident memory the runtime does not count (the sidecar and NCNN's Net in memory, code
+pages, thread stacks): the sidecar records it and the plan leaves room for it beside the arena. Where
+that leaves the budget too little, the plans that would run there, with fewer layers resident, are
+measured themselves, and the plan keeps its own value. An infeasible budget writes nothing and names
+the smallest feasible one.
 """
 
 from __future__ import annotations
