@@ -13,7 +13,7 @@ holds at most as much. The weights are read into the arena even when the plan ma
 record's bytes are never written, so pages the plan lays out would stay untouched in this run and
 hide part of what is measured (the steady state could then exceed the first run's peak); read into
 the arena, every page the plan lays out is touched, and what lies beside it is the same. `uncounted_rss_bytes` = max(0, peak RSS over idle − counted bytes); prepare
-stores it in the sidecar and every plan leaves room for it (Sidecar.reserved_bytes).
+stores it in the sidecar, or in a plan it measured itself, and the plan leaves room for it (Sidecar.reserved_for).
 
 JSON line: peak_rss_over_idle_bytes, counted_bytes, uncounted_rss_bytes; with --by-mapping also
 resident_by_mapping_bytes: what each mapping holds after the run beyond what it held at idle

@@ -32,7 +32,7 @@ def plan_for(source: sidecar.Sidecar, budget: int, algorithm: str) -> planning.P
     stored = source.plan_for(budget)
     if stored is not None and stored.algorithm == algorithm:
         return stored
-    return planning.plan_for_budget(source.profile, budget, algorithm, reserved=source.reserved_bytes)
+    return planning.plan_for_budget(source.profile, budget, algorithm, reserved=source.reserved_bytes, mapped=source.plan.mapped)
 
 
 def describe(profile: planning.Profile, plan: planning.Plan, seconds: float) -> list[str]:

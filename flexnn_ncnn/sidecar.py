@@ -5,8 +5,9 @@ weights), the build that profiled it (NCNN version, patch-series id, this packag
 target and options the profile and the transformed weights were made for (ISA, the CPU features NCNN
 dispatches on, L2, threads, packing, winograd, sgemm, fp16), the input shapes, the runtime's schedule (execution order,
 per-layer .bin byte ranges, layer flags), the profile, the plan, an
-optional ladder of plans for other budgets, and what every plan leaves room for beside the arena
-(`reserved_bytes`: allocations outside it, and the resident memory the runtime does not count). It is the one plan file: prepare writes it, the plan
+optional ladder of plans for other budgets, and what a plan leaves room for beside the arena
+(`reserved_bytes`: allocations outside it, and the resident memory the runtime does not count; a plan
+prepare measured itself holds its own value of the latter, `reserved_for`). It is the one plan file: prepare writes it, the plan
 CLI re-plans it, Session / run / the benchmark run it. The format is documented in docs/PLAN_FORMAT.md. Loading validates the
 structure and every plan (with the planner's independent checker; a Session leaves the profile and
 plans to its runtime, which runs the same checks); `verify` compares it with what
@@ -175,8 +176,9 @@ class Sidecar:
     # peak RSS over idle a process running this sidecar holds beyond what the runtime counts (arena +
     # outside it): the sidecar and NCNN's Net in memory, code pages, thread stacks; measured by
     # prepare in a fresh process (overhead.py) on the plan given the whole budget beside `outside_bytes`
-    # (the most layers resident, whose NCNN objects stay on the heap), so a re-plan leaves room for it
-    # too; a plan prepare measured itself holds its own (Plan.uncounted_rss_bytes)
+    # (the most layers resident, whose NCNN objects stay on the heap), so a re-plan for a budget up to
+    # the one prepared leaves room for it too; a plan prepare measured itself holds its own
+    # (Plan.uncounted_rss_bytes)
     uncounted_rss_bytes: int = 0
 
     @property

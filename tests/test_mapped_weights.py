@@ -278,6 +278,13 @@ def test_a_mapped_sidecar_runs_from_the_command_line_within_its_budget(tmp_path:
     assert stats["peak_rss_over_idle_bytes"] <= json.loads(plan.read_text())["plan"]["budget"]
     assert stats["mapped_weight_bytes"][0] > 0
     assert stats["loader_cpu_median_us"] > 0
+    # the plan CLI re-plans a mapped sidecar as mapped, so a session on its output runs that plan
+    replanned = tmp_path / "m2.plan.json"
+    budget = json.loads(plan.read_text())["plan"]["budget"] * 2
+    out = run_module("plan", str(plan), "--budget", str(budget), "--ladder", f"{budget + PAGE}", "-o", str(replanned))
+    assert out.returncode == 0, out.stderr
+    written_plans = json.loads(replanned.read_text())
+    assert written_plans["plan"]["mapped"] and all(p["mapped"] for p in written_plans["ladder"])
 
 
 @pytest.mark.parametrize("name", ["kernels", "residual"])

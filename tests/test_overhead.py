@@ -207,6 +207,6 @@ def test_the_smallest_budget_is_measured_on_the_plan_that_runs_there(tmp_path: P
     # between it and what the whole-budget measurement needs, every budget is accepted with a plan that
     # leaves room for its own measurement
     for budget in range(smallest + 64 * 1024, at_min.plan.arena_bytes + ARENA_MARGIN + content.reserved_bytes, 96 * 1024):
-        wider = prepare_model(param, bin_, budget)
-        assert wider.plan.budget == budget and wider.plan.uncounted_rss_bytes is not None
+        wider = prepare_model(param, bin_, budget)  # its whole-budget plan measured again: it may fit
+        assert wider.plan.budget == budget
         assert wider.plan.arena_bytes + ARENA_MARGIN + wider.reserved_for(wider.plan) <= budget
