@@ -28,11 +28,19 @@ def parse_budgets(text: str) -> list[int]:
 
 def plan_for(source: sidecar.Sidecar, budget: int, algorithm: str) -> planning.Plan:
     """The sidecar's own plan for exactly `budget` with `algorithm` (prepare's, which leaves room for what
-    it measured running it), else `budget` re-planned leaving room for the sidecar's reservation."""
+    it measured running it), else `budget` re-planned leaving room for the sidecar's reservation, else
+    the stored plan with `algorithm` that fits `budget` with its own (Sidecar.stored_within)."""
     stored = source.plan_for(budget)
     if stored is not None and stored.algorithm == algorithm:
         return stored
-    return planning.plan_for_budget(source.profile, budget, algorithm, reserved=source.reserved_bytes, mapped=source.plan.mapped)
+    try:
+        return planning.plan_for_budget(source.profile, budget, algorithm, reserved=source.reserved_bytes,
+                                        mapped=source.plan.mapped)
+    except planning.InfeasibleBudget:
+        within = source.stored_within(budget, source.plan.mapped)
+        if within is None or within.algorithm != algorithm:
+            raise
+        return within
 
 
 def describe(profile: planning.Profile, plan: planning.Plan, seconds: float) -> list[str]:

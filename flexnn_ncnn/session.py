@@ -133,21 +133,25 @@ class Session:
         """Move to the plan for `budget` bytes (between inferences): the sidecar's plan or ladder entry for
         exactly that budget (a lookup) when it leaves room for what it holds beside the arena (the
         executor's buffers outside it and the sidecar's reservation for it), else a re-plan of the
-        stored profile that leaves room for `reserved_bytes`.
+        stored profile that leaves room for `reserved_bytes`, else the stored plan that fits
+        (Sidecar.stored_within).
 
         An infeasible budget raises InfeasibleBudget and leaves the session on its current plan."""
         stored = self.sidecar.plan_for(budget)
+        mapped = self.map_weights and planning.has_transformed(self.profile)
         if (stored is None
                 or stored.arena_bytes + planning.ARENA_MARGIN + self._executor_outside + self.sidecar.reserved_for(stored) > budget
-                or stored.mapped != (self.map_weights and planning.has_transformed(self.profile))):
+                or stored.mapped != mapped):
             try:  # the profile read back from the runtime once, for this re-plan
                 stored = planning.plan_for_budget(self.profile.copy(), budget, reserved=self.reserved_bytes,
                                                   mapped=self.map_weights)
             except planning.InfeasibleBudget as e:
-                # the profile is of the model as sliced: a smaller budget may need it sliced again
-                raise planning.InfeasibleBudget(e.budget, e.min_feasible_budget, e.reason,
-                                                f"re-slice the model for it: python -m flexnn_ncnn.slice MODEL.param "
-                                                f"--budget {budget}", e.beside_arena) from None
+                stored = self.sidecar.stored_within(budget, mapped, self._executor_outside)
+                if stored is None:
+                    # the profile is of the model as sliced: a smaller budget may need it sliced again
+                    raise planning.InfeasibleBudget(e.budget, e.min_feasible_budget, e.reason,
+                                                    f"re-slice the model for it: python -m flexnn_ncnn.slice MODEL.param "
+                                                    f"--budget {budget}", e.beside_arena) from None
         self._set_plan(stored)
         self.budget = budget
 

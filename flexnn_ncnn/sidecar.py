@@ -31,7 +31,7 @@ from .cli import UserError
 from .files import atomic_write, sampled_digest
 from .jsonfields import field as _field
 from .jsonfields import number_text, numbers
-from .planning import ROLES, TENSOR_COLUMN, Plan, Profile, Rows
+from .planning import ARENA_MARGIN, ROLES, TENSOR_COLUMN, Plan, Profile, Rows
 
 SCHEMA = "flexnn-plan"
 SCHEMA_VERSION = 11  # 2: target winograd/sgemm/fp16 and the schedule; 3: model.transformed; 4: outside_bytes;
@@ -214,6 +214,15 @@ class Sidecar:
     def plan_for(self, budget: int) -> Plan | None:
         """The stored plan made for exactly `budget` bytes, if any."""
         return next((p for p in (self.plan, *self.ladder) if p.budget == budget), None)
+
+    def stored_within(self, budget: int, mapped: bool, beside: int = 0) -> Plan | None:
+        """The stored plan (`mapped` or not) with the largest arena that fits `budget` with what it reserves
+        and `beside` more, made for `budget`; None if none does. A re-plan reserves the sidecar's value,
+        which may be more than a stored plan's own: a budget a stored plan fits is not refused for it."""
+        fitting = [p for p in (self.plan, *self.ladder)
+                   if p.mapped == mapped and p.arena_bytes + ARENA_MARGIN + beside + self.reserved_for(p) <= budget]
+        best = max(fitting, key=lambda p: p.arena_bytes, default=None)
+        return None if best is None else replace(best, budget=budget)
 
     def to_dict(self) -> dict[str, Any]:
         return {

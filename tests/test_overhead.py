@@ -201,6 +201,14 @@ def test_the_smallest_budget_is_measured_on_the_plan_that_runs_there(tmp_path: P
     # the plan CLI keeps the stored plan for its budget; one byte less is refused, naming that budget
     proc = run_module("plan", str(path), "--budget", str(smallest))
     assert proc.returncode == 0, proc.stderr
+    # a larger budget, which a re-plan reserving the sidecar's value does not fit, runs the stored plan
+    larger = smallest + 64 * 1024
+    with pytest.raises(planning.InfeasibleBudget):
+        planning.plan_for_budget(content.profile, larger, reserved=content.reserved_bytes)
+    session.set_budget(larger)
+    assert session.plan.arena_bytes == content.plan.arena_bytes and session.budget == larger
+    np.testing.assert_allclose(session.run({"data": x})["b299"], got, rtol=1e-6)
+    assert run_module("plan", str(path), "--budget", str(larger)).returncode == 0
     with pytest.raises(planning.InfeasibleBudget) as info:
         prepare_model(param, bin_, smallest - 1)
     assert info.value.min_feasible_budget == smallest
