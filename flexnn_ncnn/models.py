@@ -6,6 +6,8 @@ structures (flexnn_ncnn/ncnn_model/structures.py) and `bench:NAME` a structure f
 folder, both with seeded random weights (randbin). Each NAME writes DIR/NAME.param, DIR/NAME.bin and
 DIR/NAME.json (input blob and shape, output blobs, storage, seed), the .json last: a model whose
 .json exists is complete. `--tiny` builds small instances of the same architectures (smoke runs).
+A benchmark structure whose Input declares no shape (vision_transformer) takes it from
+`--input-shape [NAME=]SHAPE`, torch NCHW with a batch of 1, e.g. 1,3,384,384.
 """
 
 from __future__ import annotations
@@ -24,10 +26,9 @@ from typing import Any, Callable, Iterator, Sequence
 from tqdm import tqdm
 
 from .cli import UserError, add_logging_args, run_main, setup_logging
-from .ncnn_model import Graph, NcnnParam, read_param
+from .ncnn_model import Graph, NcnnParam, parse_input_shape, parse_input_shapes, read_param
 from .files import atomic_write, atomic_write_all
 from .ncnn_model.random_weights import random_modelbin
-from .ncnn_model.shapes import declared_input_shapes
 from .ncnn_model.structures import STRUCTURES
 from .units import format_size
 
@@ -158,13 +159,17 @@ def keeping_every_box(param: NcnnParam) -> bool:
     return bool(heads)
 
 
-def _randomise_benchmark(name: str, benchmark_dir: Path, outdir: Path, stem: str, seed: int, fp16: bool) -> dict[str, Any]:
+def _randomise_benchmark(name: str, benchmark_dir: Path, outdir: Path, stem: str, seed: int, fp16: bool,
+                         input_shapes: Sequence[str]) -> dict[str, Any]:
     source = benchmark_dir / f"{name[len(BENCH_PREFIX):]}.param"
     if not source.is_file():
         known = ", ".join(benchmark_names(benchmark_dir)) or f"none: {benchmark_dir} has no .param files"
         raise UserError(f"{name}: no {source.name} in {benchmark_dir} (known: {known})")
     param = read_param(source)
-    shapes = {b: s.numpy() for b, s in declared_input_shapes(param, Graph.build(param)).items()}
+    try:
+        shapes = {b: s.numpy() for b, s in parse_input_shapes(input_shapes, param, Graph.build(param), "--input-shape").items()}
+    except UserError as e:
+        raise UserError(f"{name}: {e}") from None
     every_box = keeping_every_box(param)
     text = param.format().encode() if every_box else source.read_bytes()
     io = _write_with_random_weights(param, text, shapes, str(source), outdir, stem, seed, fp16)
@@ -183,14 +188,17 @@ def _randomise_structure(name: str, outdir: Path, stem: str, seed: int, fp16: bo
 
 
 def generate(name: str, outdir: Path, seed: int = 0, fp16: bool = False, tiny: bool = False,
-             benchmark_dir: Path = DEFAULT_BENCHMARK_DIR) -> Path:
-    """Write `outdir/STEM.{param,bin,json}` for `name`; returns the .json path (written last)."""
+             benchmark_dir: Path = DEFAULT_BENCHMARK_DIR, input_shapes: Sequence[str] = ()) -> Path:
+    """Write `outdir/STEM.{param,bin,json}` for `name`; returns the .json path (written last).
+    `input_shapes` (`[NAME=]SHAPE`, as slice's --input-shape) set a benchmark structure's input shapes."""
     outdir.mkdir(parents=True, exist_ok=True)
     stem = file_stem(name)
     if tiny and name.startswith((BENCH_PREFIX, STRUCT_PREFIX)):
         raise UserError(f"{name}: --tiny applies to zoo models only")
+    if input_shapes and not name.startswith(BENCH_PREFIX):
+        raise UserError(f"{name}: --input-shape applies to bench:NAME structures only (the others have their shapes)")
     if name.startswith(BENCH_PREFIX):
-        info = _randomise_benchmark(name, benchmark_dir, outdir, stem, seed, fp16)
+        info = _randomise_benchmark(name, benchmark_dir, outdir, stem, seed, fp16, input_shapes)
     elif name.startswith(STRUCT_PREFIX):
         info = _randomise_structure(name, outdir, stem, seed, fp16)
     elif name in ZOO_NAMES:
@@ -203,6 +211,17 @@ def generate(name: str, outdir: Path, seed: int = 0, fp16: bool = False, tiny: b
     json_path = outdir / f"{stem}.json"
     atomic_write(json_path, lambda f: f.write((json.dumps(description, indent=2) + "\n").encode()))
     return json_path
+
+
+def has_input_shapes(description: dict[str, Any], input_shapes: Sequence[str]) -> bool:
+    """Whether a model's description has the input shapes `input_shapes` (`[NAME=]SHAPE`) name; a
+    bare SHAPE names the first input."""
+    have = {i["name"]: tuple(i["shape"]) for i in description["inputs"]}
+    for text in input_shapes:
+        name, _, dims = text.rpartition("=")
+        if have.get(name or description["inputs"][0]["name"]) != parse_input_shape(dims).numpy():
+            return False
+    return True
 
 
 def read_description(json_path: str | Path) -> dict[str, Any]:
@@ -228,6 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="weight seed (default 0)")
     parser.add_argument("--fp16", action="store_true", help="store weights as fp16 (default fp32, as the paper)")
     parser.add_argument("--tiny", action="store_true", help="small instances of the zoo architectures")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="[NAME=]SHAPE",
+                        help="a bench:NAME structure's input shape, torch NCHW with a batch of 1 (e.g. 1,3,384,384), "
+                             "where its Input declares none or to override it; NAME=SHAPE once per input for several")
     parser.add_argument("--benchmark-dir", type=Path, default=DEFAULT_BENCHMARK_DIR,
                         help=f"NCNN's benchmark .param files for bench:NAME (default {DEFAULT_BENCHMARK_DIR})")
     parser.add_argument("--list", action="store_true", help="list the models and exit")
@@ -248,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.names or args.output is None:
         raise UserError("give model NAME(s) and -o DIR (or --list)")
     for name in tqdm(args.names, desc="models", unit="model", disable=len(args.names) < 2):
-        json_path = generate(name, args.output, args.seed, args.fp16, args.tiny, args.benchmark_dir)
+        json_path = generate(name, args.output, args.seed, args.fp16, args.tiny, args.benchmark_dir, args.input_shape)
         d = read_description(json_path)
         inputs = ", ".join(f"{i['name']} {'x'.join(map(str, i['shape']))}" for i in d["inputs"])
         print(f"{name}: {d['param']}, {d['bin']} ({format_size(d['bin_bytes'])}, {d['storage']}, seed {args.seed}); "

@@ -76,6 +76,34 @@ def test_benchmark_structures_get_seeded_random_weights(tmp_path):
     assert "bench:tiny" in listing.stdout and "gpt2" in listing.stdout
 
 
+def test_a_benchmark_structure_without_a_declared_shape_takes_the_one_given(tmp_path):
+    """NCNN's vision_transformer declares no input shape: generating it without one is refused naming
+    the flag, with --input-shape it is written at that shape and runs in stock NCNN, and the bench's
+    cached copy is re-generated when a run asks for another shape."""
+    from flexnn_ncnn.bench.__main__ import model_description
+
+    bench = tmp_path / "benchmark"
+    bench.mkdir()
+    (bench / "tiny.param").write_text(BENCH_PARAM.replace(" -23330=4,3,16,16,3 0=16 1=16 2=3", ""))
+    out = tmp_path / "out"
+    assert_user_error(run_module("models", "bench:tiny", "-o", str(out), "--benchmark-dir", str(bench)),
+                      "bench:tiny", "--input-shape data=")
+    assert not out.exists() or not list(out.iterdir())
+    proc = run_module("models", "bench:tiny", "-o", str(out), "--benchmark-dir", str(bench), "--input-shape", "1,3,20,24")
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads((out / "bench-tiny.json").read_text())
+    assert d["inputs"] == [{"name": "data", "shape": [3, 20, 24]}]
+    x = np.random.default_rng(0).standard_normal((3, 20, 24)).astype(np.float32)
+    assert run_stock(out / "bench-tiny.param", out / "bench-tiny.bin", {"data": x}, ["output"])["output"].size == 10
+    assert model_description("bench:tiny", out, 0, False, bench, ["data=1,3,20,24"])["inputs"][0]["shape"] == [3, 20, 24]
+    assert model_description("bench:tiny", out, 0, False, bench, ["1,3,8,8"])["inputs"][0]["shape"] == [3, 8, 8]
+    assert json.loads((out / "bench-tiny.json").read_text())["inputs"][0]["shape"] == [3, 8, 8]
+    assert_user_error(run_module("models", "squeezenet", "--tiny", "-o", str(out), "--input-shape", "1,3,8,8"),
+                      "--input-shape applies to bench:NAME structures only")
+    assert_user_error(run_module("models", "bench:tiny", "-o", str(out), "--benchmark-dir", str(bench),
+                                 "--input-shape", "image=1,3,8,8"), "no input 'image'")
+
+
 def test_a_benchmark_detector_keeps_every_box_so_its_outputs_hold_rows(tmp_path):
     """A benchmark SSD whose head keeps only what scores above a threshold random weights never reach
     (NCNN's keep 0.25 of 21 classes) would return no rows: its copy keeps every box, and stock NCNN

@@ -27,25 +27,29 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..cli import UserError, add_logging_args, run_main, setup_logging
-from ..models import DEFAULT_BENCHMARK_DIR, file_stem, generate, read_description
+from ..models import DEFAULT_BENCHMARK_DIR, file_stem, generate, has_input_shapes, read_description
 from ..units import format_size
 from . import configs, harness, report
 
 log = logging.getLogger(__name__)
 
 
-def model_description(name: str, models_dir: Path, seed: int, tiny: bool, benchmark_dir: Path) -> dict[str, Any]:
+def model_description(name: str, models_dir: Path, seed: int, tiny: bool, benchmark_dir: Path,
+                      input_shapes: Sequence[str] = ()) -> dict[str, Any]:
     """A model's description: NAME.json if NAME is one, else the cached export in `models_dir`
-    (re-generated when its seed or size differ). Weights are always fp32 here: --fp16 is NCNN's arithmetic."""
+    (re-generated when its seed, size or `input_shapes` differ). Weights are always fp32 here: --fp16
+    is NCNN's arithmetic."""
     if name.endswith(".json"):
         return read_description(Path(name))
     json_path = models_dir / f"{file_stem(name)}.json"
     if json_path.exists():
         cached = read_description(json_path)
-        if cached.get("seed") == seed and cached.get("tiny") == tiny and cached.get("storage") == "fp32":
+        if (cached.get("seed") == seed and cached.get("tiny") == tiny and cached.get("storage") == "fp32"
+                and has_input_shapes(cached, input_shapes)):
             return cached
     log.info("generating %s into %s", name, models_dir)
-    return read_description(generate(name, models_dir, seed, fp16=False, tiny=tiny, benchmark_dir=benchmark_dir))
+    return read_description(generate(name, models_dir, seed, fp16=False, tiny=tiny, benchmark_dir=benchmark_dir,
+                                     input_shapes=input_shapes))
 
 
 def _print_summaries(result: harness.BenchResult) -> None:
@@ -124,6 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny instances of the zoo models (smoke runs)")
     parser.add_argument("--models-dir", type=Path, default=Path("bench-results/models"), help="model cache (default bench-results/models)")
     parser.add_argument("--benchmark-dir", type=Path, default=DEFAULT_BENCHMARK_DIR, help="NCNN benchmark .param files for bench:NAME")
+    parser.add_argument("--input-shape", action="append", default=[], metavar="[NAME=]SHAPE",
+                        help="the bench:NAME structures' input shape, torch NCHW with a batch of 1 (e.g. 1,3,384,384 for "
+                             "vision_transformer, whose Input declares none), as `python -m flexnn_ncnn.models --input-shape`")
     parser.add_argument("-o", "--output", type=Path, default=Path("bench-results"), help="report folder (default bench-results)")
     parser.add_argument("--results-md", type=Path, default=Path("docs/RESULTS.md"), help="regenerated summary (default docs/RESULTS.md)")
     parser.add_argument("--ingest", type=Path, default=None, metavar="DIR",
@@ -156,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     failed: list[str] = []
     for name in [n.strip() for n in args.model.split(",") if n.strip()]:
-        description = model_description(name, args.models_dir, args.seed, args.tiny, args.benchmark_dir)
+        description = model_description(name, args.models_dir, args.seed, args.tiny, args.benchmark_dir, args.input_shape)
         stem = file_stem(description["name"])
         settings = configs.ChildSettings(args.models_dir / f"{stem}.json" if not name.endswith(".json") else Path(name),
                                          args.threads, args.warmup, args.loops, args.seed, args.fp16, args.cpus, args.cold)
