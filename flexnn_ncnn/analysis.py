@@ -19,6 +19,11 @@ formulas follow NCNN's x86/ARM convolution paths (paper §3.2):
   their own, one after another (Split → per group a Crop of its input channels → Convolution →
   Concat), each cut like any Convolution: one group's weights at a time, beside the cropped channels
   and the group outputs the Concat waits for.
+- Self-attention MultiHeadAttention (q, k and v of one shape; no mask, no cache, fp32): each head's
+  rows of the q, k and v projections and its columns of the output projection, as NCNN packs them
+  for its GEMMs beside the stored ones; its q, k, v and output rows and one score matrix per head.
+  Sliced by heads: each slice is a MultiHeadAttention of its heads, whose partial outputs add up
+  (a slice's output beside the running sum).
 - Layers not cut (FixedModel): their weights, and the scratch NCNN makes: a padded Pooling's or
   depthwise convolution's bordered input (an int8 depthwise one quantizes its input, then borders
   it), LRN's squares and sums, a requantizing int8 convolution's quantized input, im2col and sums.
@@ -181,6 +186,36 @@ class MatrixModel:
 
 
 @dataclass(frozen=True)
+class AttentionModel:
+    """A self-attention MultiHeadAttention: `rows` heads of `head_dim` over `seq` tokens of `qdim`
+    features (k and v have them too)."""
+
+    rows: int
+    head_dim: int
+    qdim: int
+    seq: int
+    out_bytes: int  # what slicing adds: a slice's partial output beside the running sum
+
+    kernels = ("attention",)
+
+    def _weight_elements(self, heads: int) -> int:
+        # per head: q, k, v rows (weights and bias) and out columns; the out bias once
+        return heads * self.head_dim * (4 * self.qdim + 3) + self.qdim
+
+    def cost(self, kernel: str, width: int, tiles: int = 1) -> Cost:
+        merge = self.out_bytes if width < self.rows else 0
+        # q, k, v and the heads' output over every token, and one score matrix per head
+        scratch = (4 * self.seq * width * self.head_dim + width * self.seq * self.seq) * 4
+        return Cost(2 * self._weight_elements(width) * 4, scratch + merge)
+
+    def max_tiles(self, kernel: str, min_tile_pixels: int) -> int:
+        return 1
+
+    def streamed_bytes(self, kernel: str) -> int:
+        return self._weight_elements(self.rows) * 4
+
+
+@dataclass(frozen=True)
 class Int8Model:
     """An int8 Convolution or InnerProduct, its output dequantized to fp32 (int8_scale_term below 100)
     or requantized to int8: one byte per weight, sliced by output rows with their fp32 bias and weight
@@ -307,7 +342,7 @@ class GroupedConvModel:
         return self.groups * self.group.streamed_bytes(self.group.kernels[0] if kernel == GROUPED else kernel)
 
 
-CostModel = ConvModel | MatrixModel | Int8Model | DeconvModel | GroupedConvModel | FixedModel
+CostModel = ConvModel | MatrixModel | AttentionModel | Int8Model | DeconvModel | GroupedConvModel | FixedModel
 
 
 @dataclass(frozen=True)
@@ -397,6 +432,21 @@ def _matrix_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> Ma
         fixed = {0: 1, 1: m, 2: m}.get(bc, 0)
         return MatrixModel(n, k, per_row, fixed, 0, out_shape.nbytes)
     return None
+
+
+def _attention_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> AttentionModel | None:
+    """A MultiHeadAttention the slicer cuts by heads: fp32 self-attention, every input of `in_shape` (the
+    caller checks), 2 heads or more, no attention mask (5) or cache (7)."""
+    p = layer.params
+    if layer.type != "MultiHeadAttention" or in_shape.dims != 2 or p.get_int(5, 0) or p.get_int(7, 0) or p.get_int(18, 0):
+        return None
+    embed, heads = p.get_int(0, 0), p.get_int(1, 1)
+    if heads < 2 or embed % heads or len(set(layer.bottoms)) != len(layer.bottoms):
+        return None
+    qdim = p.get_int(2, 0) // embed
+    if not qdim == p.get_int(3, embed) == p.get_int(4, embed) == in_shape.w:
+        return None
+    return AttentionModel(heads, embed // heads, qdim, in_shape.h, 2 * out_shape.nbytes)
 
 
 def _deconv_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> DeconvModel | None:
@@ -532,13 +582,15 @@ def _lrn_scratch_bytes(p: ParamDict, shape: BlobShape) -> int:
 
 
 def analyze_layer(index: int, layer: Layer, live_bytes: int, in_shape: BlobShape | None,
-                  out_shape: BlobShape | None) -> LayerAnalysis:
-    """The cost model of `layer` reading `in_shape` and writing `out_shape`, beside `live_bytes` of activations."""
+                  out_shape: BlobShape | None, inputs_alike: bool = True) -> LayerAnalysis:
+    """The cost model of `layer` reading `in_shape` (every input, when `inputs_alike`) and writing
+    `out_shape`, beside `live_bytes` of activations."""
     model: CostModel | None = None
     try:
         if in_shape is not None and out_shape is not None:
             model = (_conv_model(layer, in_shape, out_shape) or _grouped_model(layer, in_shape, out_shape)
                      or _matrix_model(layer, in_shape, out_shape)
+                     or (_attention_model(layer, in_shape, out_shape) if inputs_alike else None)
                      or _int8_model(layer, in_shape, out_shape) or _deconv_model(layer, in_shape, out_shape))
         if model is None:
             model = _fixed_model(layer, in_shape, out_shape)
@@ -584,5 +636,5 @@ def live_bytes(graph: Graph, shapes: dict[str, BlobShape], caller_inputs: bool =
 def analyze(graph: Graph, shapes: dict[str, BlobShape], caller_inputs: bool = True) -> list[LayerAnalysis]:
     """One entry per layer, in `graph.order` (`caller_inputs`: as live_bytes)."""
     return [analyze_layer(i, layer, live, shapes.get(layer.bottoms[0]) if layer.bottoms else None,
-                          shapes.get(layer.tops[0]) if layer.tops else None)
+                          shapes.get(layer.tops[0]) if layer.tops else None, len({shapes.get(b) for b in layer.bottoms}) <= 1)
             for i, (layer, live) in enumerate(zip(graph.order, live_bytes(graph, shapes, caller_inputs)))]

@@ -7,7 +7,9 @@ folder, both with seeded random weights (randbin). Each NAME writes DIR/NAME.par
 DIR/NAME.json (input blob and shape, output blobs, storage, seed), the .json last: a model whose
 .json exists is complete. `--tiny` builds small instances of the same architectures (smoke runs).
 A benchmark structure whose Input declares no shape (vision_transformer) takes it from
-`--input-shape [NAME=]SHAPE`, torch NCHW with a batch of 1, e.g. 1,3,384,384.
+`--input-shape [NAME=]SHAPE`, torch NCHW with a batch of 1, e.g. 1,3,384,384. Outputs that would check
+nothing are made to: an SSD head keeps every box, and an output Softmax over an axis of one element
+(every value 1) normalises over its last axis instead.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any, Callable, Iterator, Sequence
 from tqdm import tqdm
 
 from .cli import UserError, add_logging_args, run_main, setup_logging
-from .ncnn_model import Graph, NcnnParam, parse_input_shape, parse_input_shapes, read_param
+from .ncnn_model import BlobShape, Graph, NcnnParam, infer_shapes, parse_input_shape, parse_input_shapes, read_param
 from .files import atomic_write, atomic_write_all
 from .ncnn_model.random_weights import random_modelbin
 from .ncnn_model.structures import STRUCTURES
@@ -159,6 +161,26 @@ def keeping_every_box(param: NcnnParam) -> bool:
     return bool(heads)
 
 
+def softmax_over_classes(param: NcnnParam, inputs: dict[str, BlobShape]) -> bool:
+    """Set `param`'s output Softmax layers that normalise over an axis of one element to normalise over
+    their last axis; whether one changed. Such an output is 1 everywhere whatever was computed before it
+    (NCNN's vision_transformer: 0=0 on its 1x1000 scores), so it checks nothing."""
+    graph = Graph.build(param)
+    heads = [layer for layer in param if layer.type == "Softmax" and layer.tops[0] in graph.outputs]
+    if not heads:
+        return False
+    shapes = infer_shapes(param, graph, inputs)
+    changed = False
+    for layer in heads:
+        dims = shapes[layer.tops[0]].numpy()
+        axis = layer.params.get_int(0, 0) % len(dims)
+        if dims[axis] == 1 and max(dims) > 1:
+            layer.params.set(0, len(dims) - 1)
+            layer.params.set(1, 1)  # fixbug0: NCNN reads a non-zero axis only with it
+            changed = True
+    return changed
+
+
 def _randomise_benchmark(name: str, benchmark_dir: Path, outdir: Path, stem: str, seed: int, fp16: bool,
                          input_shapes: Sequence[str]) -> dict[str, Any]:
     source = benchmark_dir / f"{name[len(BENCH_PREFIX):]}.param"
@@ -167,14 +189,18 @@ def _randomise_benchmark(name: str, benchmark_dir: Path, outdir: Path, stem: str
         raise UserError(f"{name}: no {source.name} in {benchmark_dir} (known: {known})")
     param = read_param(source)
     try:
-        shapes = {b: s.numpy() for b, s in parse_input_shapes(input_shapes, param, Graph.build(param), "--input-shape").items()}
+        inputs = parse_input_shapes(input_shapes, param, Graph.build(param), "--input-shape")
     except UserError as e:
         raise UserError(f"{name}: {e}") from None
     every_box = keeping_every_box(param)
-    text = param.format().encode() if every_box else source.read_bytes()
-    io = _write_with_random_weights(param, text, shapes, str(source), outdir, stem, seed, fp16)
+    over_classes = softmax_over_classes(param, inputs)
+    text = param.format().encode() if every_box or over_classes else source.read_bytes()
+    io = _write_with_random_weights(param, text, {b: s.numpy() for b, s in inputs.items()}, str(source), outdir, stem,
+                                    seed, fp16)
     return {"source": f"ncnn-benchmark {source}", "description": f"NCNN benchmark structure {source.stem}, random weights"
-            + (", its detection head keeping every box" if every_box else ""), **io}
+            + (", its detection head keeping every box" if every_box else "")
+            + (", its output Softmax over its last axis (the structure's normalises an axis of one element)"
+               if over_classes else ""), **io}
 
 
 def _randomise_structure(name: str, outdir: Path, stem: str, seed: int, fp16: bool) -> dict[str, Any]:

@@ -104,6 +104,25 @@ def test_a_benchmark_structure_without_a_declared_shape_takes_the_one_given(tmp_
                                  "--input-shape", "image=1,3,8,8"), "no input 'image'")
 
 
+def test_an_output_softmax_over_one_element_is_made_to_normalise_the_scores(tmp_path):
+    """NCNN's vision_transformer ends in a Softmax over the one row of its 1x1000 scores: every output is
+    1, whatever was computed. Its copy normalises the 1000 scores, so its output checks them."""
+    bench = tmp_path / "benchmark"
+    bench.mkdir()
+    (bench / "vt.param").write_text("7767517\n3 3\nInput in 0 1 x 0=16 1=1\n"
+                                    "Gemm fc 1 1 x s 3=1 5=1 6=1 7=1 8=10 9=16 10=4\nSoftmax prob 1 1 s y 0=0 1=1\n")
+    proc = run_module("models", "bench:vt", "-o", str(tmp_path / "out"), "--benchmark-dir", str(bench))
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads((tmp_path / "out" / "bench-vt.json").read_text())
+    assert "Softmax over its last axis" in d["description"]
+    x = np.random.default_rng(0).standard_normal((1, 16)).astype(np.float32)
+    outputs = {p.name: run_stock(p, tmp_path / "out" / "bench-vt.bin", {"x": x}, ["y"])["y"]
+               for p in (bench / "vt.param", tmp_path / "out" / "bench-vt.param")}
+    assert np.allclose(outputs["vt.param"], 1)
+    assert outputs["bench-vt.param"].shape == (1, 10) and abs(outputs["bench-vt.param"].sum() - 1) < 1e-5
+    assert len(np.unique(outputs["bench-vt.param"])) == 10
+
+
 def test_a_benchmark_detector_keeps_every_box_so_its_outputs_hold_rows(tmp_path):
     """A benchmark SSD whose head keeps only what scores above a threshold random weights never reach
     (NCNN's keep 0.25 of 21 classes) would return no rows: its copy keeps every box, and stock NCNN

@@ -28,7 +28,7 @@ from flexnn_ncnn.ncnn_model import (Graph, ModelBin, infer_shapes, parse_input_s
 from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.prepare import RuntimeOptions, prepare_model, write_plan_file
 from flexnn_ncnn.slicing import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, Target, slice_model, slicer
-from flexnn_ncnn.slicing.policy import SLICING_OF, slice_widths
+from flexnn_ncnn.slicing.policy import SLICING_OF, slice_unit, slice_widths
 from flexnn_ncnn.slicing.rewrite import REFERENCE_LAYER_ID
 
 pytest.importorskip("ncnn")
@@ -55,9 +55,10 @@ def _check_fits(result) -> None:
     for d in result.decisions:
         model = by_name[d.layer].model
         assert d.after.total <= d.limit, d
-        assert d.slice_width == d.rows or d.slice_width % result.target.simd_width == 0, d
-        if d.slices > 1:  # fewest slices: the next wider SIMD-multiple width does not fit
-            widths = list(slice_widths(d.rows, result.target.simd_width))
+        unit = slice_unit(model, result.target)  # the SIMD width; a head of attention
+        assert d.slice_width == d.rows or d.slice_width % unit == 0, d
+        if d.slices > 1:  # fewest slices: the next wider width of whole units does not fit
+            widths = list(slice_widths(d.rows, unit))
             wider = widths[widths.index(d.slice_width) - 1]
             assert model.cost(d.kernel, wider, d.tiles).total > d.limit, d
         if d.tiles > 1:  # input slicing only when the whole im2col does not fit, then all the tiles allowed
@@ -65,7 +66,7 @@ def _check_fits(result) -> None:
             assert d.tiles == model.max_tiles(d.kernel, result.target.min_tile_pixels)
         if d.kernel != d.fastest:  # a slower kernel only when every faster one fails even sliced
             for k in model.kernels[:model.kernels.index(d.kernel)]:
-                options = [(w, 1) for w in slice_widths(d.rows, result.target.simd_width)] if SLICING_OF[k] == "weights" \
+                options = [(w, 1) for w in slice_widths(d.rows, unit)] if SLICING_OF[k] == "weights" \
                     else [(d.rows, model.max_tiles(k, result.target.min_tile_pixels))]
                 assert all(model.cost(k, w, t).total > d.limit for w, t in options), (d, k)
 

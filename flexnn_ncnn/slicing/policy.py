@@ -5,8 +5,8 @@ Each layer gets the limit the budget leaves it: budget − activations resident 
 first, each with its own slicing: Winograd with weights slicing (fewest slices that fit), Im2col+GEMM
 with input slicing (as many tiles as SIMD efficiency allows, only when the whole im2col does not fit)
 and then weights slicing too (a wide layer's raw-size weights can exceed the limit), direct with
-weights slicing; matrix layers (InnerProduct, constant-B Gemm) with weights slicing. Slice widths are
-multiples of the target's SIMD width.
+weights slicing; matrix layers (InnerProduct, constant-B Gemm) with weights slicing; self-attention by
+heads. Slice widths are multiples of the target's SIMD width (whole heads for attention).
 
 On the target (fit.py) each choice is measured (meter.py): an option fits when its measurement does,
 and the estimates (analysis.py) only order the options and skip those that, corrected by the first
@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
-from ..analysis import GROUPED, ConvModel, Cost, FixedModel, GroupedConvModel, LayerAnalysis
+from ..analysis import GROUPED, AttentionModel, ConvModel, Cost, CostModel, FixedModel, GroupedConvModel, LayerAnalysis
 from .streaming import StreamModel
 from .target import Target
 
@@ -35,7 +35,7 @@ Measure = Callable[[LayerAnalysis, str, int, int], Cost]
 
 # how each kernel cuts its layer: by output channels/rows, by im2col tiles, or not at all
 SLICING_OF = {"winograd63": "weights", "winograd43": "weights", "im2col_gemm": "input", "direct": "weights",
-              "gemm": "weights", "int8": "weights", "deconv": "weights", GROUPED: "none"}
+              "gemm": "weights", "int8": "weights", "deconv": "weights", "attention": "weights", GROUPED: "none"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,11 @@ def slice_widths(rows: int, simd: int) -> Iterator[int]:
             return
 
 
+def slice_unit(m: CostModel, target: Target) -> int:
+    """What a weights slice's width is a multiple of: a head of attention, else the SIMD width."""
+    return 1 if isinstance(m, AttentionModel) else target.simd_width
+
+
 def _options(a: LayerAnalysis, target: Target) -> Iterator[tuple[str, int, int]]:
     """(kernel, width, tiles) in the order they are tried."""
     m = a.model
@@ -88,7 +93,7 @@ def _options(a: LayerAnalysis, target: Target) -> Iterator[tuple[str, int, int]]
                 yield kernel, m.rows, tiles
             yield from _weights_sliced(kernel, m.rows, tiles, target)
         elif mode == "weights" and m.rows:
-            for width in slice_widths(m.rows, target.simd_width):
+            for width in slice_widths(m.rows, slice_unit(m, target)):
                 if width < m.rows:
                     yield kernel, width, 1
 

@@ -1,5 +1,7 @@
-"""Apply slicing decisions to a model: weights slicing becomes Split → N sub-layers → Concat, and a
-grouped convolution run apart becomes Split → per group Crop → Convolution → Concat.
+"""Apply slicing decisions to a model: weights slicing becomes Split → N sub-layers → Concat, a
+grouped convolution run apart becomes Split → per group Crop → Convolution → Concat, and attention
+sliced by heads becomes Split of its inputs → per slice a MultiHeadAttention of its heads, each
+output added to the previous ones' sum (BinaryOp), the last add writing the original top.
 
 The sliced model is an ordinary NCNN model (stock NCNN runs it unchanged), unless it concatenates
 or crops int8 blobs (REFERENCE_LAYER_ID): a requantizing int8 layer's slices, or spatial tiling's
@@ -48,6 +50,16 @@ def sub_layer_params(layer: Layer, width: int, rows: int) -> ParamDict:
         p.set(size_id, layer.params.get_int(size_id, 0) // rows * width)
     elif layer.type == "Gemm":
         p.set(8, width)
+    elif layer.type == "MultiHeadAttention":
+        # `rows` heads; kdim and vdim default to embed_dim, so they are set; the scale (6) defaults to
+        # 1/sqrt(embed_dim / num_heads), which whole heads keep
+        embed = layer.params.get_int(0, 0)
+        head_dim, qdim = embed // rows, layer.params.get_int(2, 0) // embed
+        p.set(0, width * head_dim)
+        p.set(1, width)
+        p.set(2, width * head_dim * qdim)
+        p.set(3, layer.params.get_int(3, embed))
+        p.set(4, layer.params.get_int(4, embed))
     else:
         raise AssertionError(f"no weights slicing for {layer.type}")
     return p
@@ -57,7 +69,20 @@ def _sub_layer(layer: Layer, weights: LayerWeights, lo: int, hi: int, rows: int)
     """Params and weight records of the sub-layer computing output rows [lo, hi)."""
     p = sub_layer_params(layer, hi - lo, rows)
     records = []
-    if layer.type in ("Convolution", "Deconvolution", "InnerProduct"):
+    if layer.type == "MultiHeadAttention":
+        # q, k, v: `rows` heads of rows (weights and bias); out: a head's columns of each qdim row, its
+        # bias added once, by the first slice
+        for r in weights.records:
+            if r.spec.role == "out_weight":
+                e = r.elements()
+                e = e.reshape(e.size // layer.params.get_int(0, 0), rows, -1)[:, lo:hi]
+                records.append(WeightRecord.from_elements(WeightSpec(r.spec.role, e.size, r.spec.load_type), r.tag,
+                                                          np.ascontiguousarray(e).reshape(-1)))
+            elif r.spec.role == "out_bias":
+                records.append(r if lo == 0 else WeightRecord.from_elements(r.spec, r.tag, np.zeros_like(r.elements())))
+            else:
+                records.append(_slice_rows(r, rows, lo, hi))
+    elif layer.type in ("Convolution", "Deconvolution", "InnerProduct"):
         # weights are laid out by output channel (Deconvolution too: [out][in][kh·kw]); an int8 layer's
         # weight scales go with their rows; its input (and output) scale to every slice
         records = [_slice_rows(r, rows, lo, hi) if r.spec.role in PER_ROW else r for r in weights.records]
@@ -95,6 +120,8 @@ def apply(param: NcnnParam, modelbin: ModelBin, decisions: dict[str, LayerDecisi
         lw = modelbin.get(layer.name)
         if d is not None and layer.type == "ConvolutionDepthWise" and d.kernel != GROUPED:
             names = _emit_groups(layer, lw, d, shapes, layers, weights)
+        elif d is not None and layer.type == "MultiHeadAttention" and d.slices > 1:
+            names = _emit_heads(layer, lw, d, layers, weights)
         elif d is not None:
             names = _emit(layer, lw, d, shapes, layers, weights)
         else:
@@ -162,6 +189,36 @@ def _emit(layer: Layer, lw: LayerWeights | None, d: LayerDecision, shapes: dict[
     # channels (axis 0) of a conv's c,h,w output; the last axis (w) of a matrix layer's output
     axis = 0 if layer.type in ("Convolution", "Deconvolution") else shapes[top].dims - 1
     layers.append(unpacked_if(writes_int8(layer), _concat(f"{layer.name}.flexnn_concat", outs, top, axis, layer)))
+    return tuple(names)
+
+
+def _emit_heads(layer: Layer, lw: LayerWeights | None, d: LayerDecision, layers: list[Layer],
+                weights: list[LayerWeights]) -> tuple[str, ...]:
+    """Append a MultiHeadAttention sliced by heads: each input Split to every slice, per slice a
+    MultiHeadAttention of its heads, its output added to the sum of those before (the last add writes
+    the layer's top). One partial output and the running sum are alive at a time."""
+    assert lw is not None and len(layer.tops) == 1
+    n = d.slices
+    copies = [[f"{layer.name}.flexnn_in{j}_{i}" for i in range(n)] for j in range(len(layer.bottoms))]
+    for j, bottom in enumerate(layer.bottoms):
+        layers.append(Layer("Split", f"{layer.name}.flexnn_split{j}", [bottom], copies[j]))
+    names = [f"{layer.name}.flexnn{i}" for i in range(n)]
+    total = ""
+    for i in range(n):
+        lo, hi = i * d.slice_width, min((i + 1) * d.slice_width, d.rows)
+        p, records = _sub_layer(layer, lw, lo, hi, d.rows)
+        out = f"{layer.name}.flexnn_out{i}"
+        layers.append(Layer(layer.type, names[i], [c[i] for c in copies], [out], p))
+        weights.append(LayerWeights(names[i], 0, records))
+        if i:
+            p = ParamDict()  # BinaryOp 0=0: add
+            last = i == n - 1
+            if last and SHAPE_HINT_ID in layer.params:
+                p.set(SHAPE_HINT_ID, layer.params.get_array(SHAPE_HINT_ID))
+            summed = layer.tops[0] if last else f"{layer.name}.flexnn_sum{i}"
+            layers.append(Layer("BinaryOp", f"{layer.name}.flexnn_add{i}", [total, out], [summed], p))
+            out = summed
+        total = out
     return tuple(names)
 
 

@@ -1,0 +1,103 @@
+"""Attention sliced by heads: a self-attention MultiHeadAttention whose weights do not fit its limit runs
+as MultiHeadAttentions of a few heads each, their outputs added up (slicing/rewrite._emit_heads).
+Stock NCNN runs the rewritten model to the original's outputs (the heads' partial output projections
+add in another order: ~1e-7 relative), and the sliced transformer runs in the runtime within its budget
+to stock NCNN's outputs on several inputs. Attention with a mask, a cache or inputs of other shapes
+stays whole."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from helpers import assert_counted_within_budget, run_module
+from model_helpers import relative_error
+from flexnn_ncnn import Session
+from flexnn_ncnn.analysis import AttentionModel, Cost, FixedModel, analyze
+from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_shape
+from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
+from flexnn_ncnn.ncnn_model.stock import run_stock
+from flexnn_ncnn.slicing.policy import LayerDecision
+from flexnn_ncnn.slicing.rewrite import apply
+
+pytest.importorskip("ncnn")
+
+TOLERANCE = 1e-4
+
+# q, k and v as three blobs (a Split's), q's 48 features projected to 64 (4 heads of 16), then a
+# self-attention on one blob (6 heads of 8), then a masked attention the slicer leaves whole
+ATTENTION_NET = """7767517
+7 10
+Input              in     0 1 x 0=48 1=12
+Split              sp     1 3 x q k v
+MultiHeadAttention mha    3 1 q k v a 0=64 1=4 2=3072 3=48 4=48
+MultiHeadAttention self   1 1 a b 0=48 1=6 2=2304
+Split              sp2    1 2 b b0 b1
+MemoryData         mask   0 1 m 0=12 1=12
+MultiHeadAttention masked 3 1 b0 b1 m y 0=48 1=6 2=2304 5=1
+"""
+
+
+@pytest.mark.parametrize("storage", ["fp32", "fp16"])
+def test_heads_sliced_apart_add_up_to_the_whole_attention(storage, tmp_path):
+    param = NcnnParam.parse(ATTENTION_NET)
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {"x": parse_input_shape("12,48")})
+    models = {a.layer.name: a.model for a in analyze(graph, shapes)}
+    assert isinstance(models["mha"], AttentionModel) and models["mha"].rows == 4
+    assert isinstance(models["self"], AttentionModel) and models["self"].rows == 6
+    assert isinstance(models["masked"], FixedModel)
+    modelbin = random_modelbin(param, seed=4, storage=storage)
+    zero = Cost(0, 0)
+    decisions = {"mha": LayerDecision("mha", "MultiHeadAttention", "attention", "attention", 4, 3, 1, 0, zero, zero, "test"),
+                 "self": LayerDecision("self", "MultiHeadAttention", "attention", "attention", 6, 2, 1, 0, zero, zero, "test")}
+    sliced, sliced_bin, done = apply(param, modelbin, decisions, shapes)
+    assert [len(done[n].sublayers) for n in ("mha", "self")] == [2, 3]
+    assert [sliced.layer(s).params.get_int(1, 0) for s in done["mha"].sublayers] == [3, 1]  # heads per slice
+    for name, files in (("a", (param, modelbin)), ("b", (sliced, sliced_bin))):
+        (tmp_path / f"{name}.param").write_text(files[0].format())
+        (tmp_path / f"{name}.bin").write_bytes(files[1].to_bytes())
+    for seed in range(3):
+        feeds = {"x": np.random.default_rng(seed).standard_normal((12, 48)).astype(np.float32) * (1 + seed)}
+        ref = run_stock(tmp_path / "a.param", tmp_path / "a.bin", feeds, ["a", "b", "y"])
+        got = run_stock(tmp_path / "b.param", tmp_path / "b.bin", feeds, ["a", "b", "y"])
+        assert ref["y"].shape == (12, 48)
+        assert all(relative_error(ref[blob], got[blob]) <= TOLERANCE for blob in ("a", "b", "y")), seed
+
+
+# a transformer block whose attention (8 heads: 4 MiB of weights) outweighs its activations
+TRANSFORMER = """7767517
+8 11
+Input              in     0 1 x 0=512 1=16
+Split              sp     1 2 x x0 x1
+LayerNorm          ln     1 1 x1 n 0=512 1=1e-5 2=1
+Split              sp2    1 3 n q k v
+MultiHeadAttention mha    3 1 q k v a 0=512 1=8 2=262144
+BinaryOp           add    2 1 x0 a r 0=0
+Gemm               fc     1 1 r g 3=1 5=1 6=1 7=16 8=64 9=512 10=4
+Softmax            out    1 1 g y 0=1 1=1
+"""
+
+
+def test_a_transformer_whose_attention_does_not_fit_runs_sliced_by_heads(tmp_path):
+    param = NcnnParam.parse(TRANSFORMER)
+    (tmp_path / "t.param").write_text(param.format())
+    (tmp_path / "t.bin").write_bytes(random_modelbin(param, seed=1).to_bytes())
+    out = tmp_path / "out"
+    proc = run_module("slice", str(tmp_path / "t.param"), "--input-shape", "1,16,512", "--budget", "min", "--threads", "2",
+                      "--no-fp16", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    decisions = {d["layer"]: d for d in json.loads((out / "t.flexnn.slicing.json").read_text())["layers"]}
+    attention = decisions["mha"]
+    assert attention["kernel"] == "attention" and attention["slice_width"] < attention["rows"] == 8, attention
+    budget = json.loads((out / "t.flexnn.slicing.json").read_text())["budget"]
+    assert budget < 4 << 20  # below the attention's weights alone
+    session = Session(out / "t.flexnn.plan.json")
+    for seed in range(4):
+        x = np.random.default_rng(seed).standard_normal((16, 512)).astype(np.float32) * (1 + seed)
+        got = session.run({"x": x})["y"]
+        ref = run_stock(tmp_path / "t.param", tmp_path / "t.bin", {"x": x}, ["y"])["y"]
+        assert relative_error(ref, got) <= TOLERANCE, seed
+    assert_counted_within_budget(session.stats())
