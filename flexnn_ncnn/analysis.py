@@ -10,6 +10,9 @@ formulas follow NCNN's x86/ARM convolution paths (paper §3.2):
   N = output pixels; a 1x1 stride-1 conv multiplies the input directly), K×ceil(N/T) with T tiles.
 - Direct: raw weights and the padded input.
 - InnerProduct / constant-B Gemm: the weight matrix (a 3-D InnerProduct input is flattened first).
+  A Gemm packs its input's rows (tokens) a tile at a time, each thread its own tile of them: with one
+  tile for every thread, that is a copy of the whole input. Cut by tokens, the tile is set smaller
+  (Gemm's constant_TILE_M, param 20, which stock NCNN reads).
 - Deconvolution (group 1, static weights): NCNN multiplies the input by the weights (a GEMM) into a
   column buffer of k·k·Cout rows of input pixels, then scatters it (col2im) into the output, bordered
   when it is padded or cropped; slicing by output channels cuts the weights, the column buffer and the
@@ -170,16 +173,19 @@ class MatrixModel:
     fixed: int          # elements not sliced (C broadcast over all rows)
     flatten: int        # bytes of a flattened input copy
     out_bytes: int
+    tokens: int = 0     # rows of the input a Gemm packs, tile by tile (0: an InnerProduct, not cut by them)
 
     kernels = ("gemm",)
 
     def cost(self, kernel: str, width: int, tiles: int = 1) -> Cost:
         concat = self.out_bytes if width < self.rows else 0
+        packed = math.ceil(self.tokens / tiles) * self.k * 4
         # the stored matrix and its packed copy coexist while create_pipeline transforms (as ConvModel)
-        return Cost((width * (2 * self.k + self.extra_per_row) + self.fixed) * 4, self.flatten + concat)
+        return Cost((width * (2 * self.k + self.extra_per_row) + self.fixed) * 4, self.flatten + concat + packed)
 
     def max_tiles(self, kernel: str, min_tile_pixels: int) -> int:
-        return 1
+        """Most tiles of tokens, each at least a quarter of `min_tile_pixels` (a SIMD width) of them."""
+        return max(1, self.tokens // max(1, min_tile_pixels // 4))
 
     def streamed_bytes(self, kernel: str) -> int:
         return (self.rows * (self.k + self.extra_per_row) + self.fixed) * 4
@@ -430,7 +436,9 @@ def _matrix_model(layer: Layer, in_shape: BlobShape, out_shape: BlobShape) -> Ma
         bc = p.get_int(10, 0) if p.get_int(6, 0) else -1
         per_row = {3: m, 4: 1}.get(bc, 0)
         fixed = {0: 1, 1: m, 2: m}.get(bc, 0)
-        return MatrixModel(n, k, per_row, fixed, 0, out_shape.nbytes)
+        # a 2-D input, rows not transposed (2=0), written rows first (14=0): its rows are the tokens
+        tokens = in_shape.h if in_shape.dims == 2 and not p.get_int(2, 0) else 0
+        return MatrixModel(n, k, per_row, fixed, 0, out_shape.nbytes, tokens)
     return None
 
 

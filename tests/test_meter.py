@@ -4,6 +4,7 @@ and a choice whose measurement exceeds its limit is not taken."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from flexnn_ncnn.analysis import Cost, analyze
@@ -174,3 +175,41 @@ def test_a_poolings_bordered_copy_is_what_ncnn_allocates(pooling: str) -> None:
     measured = LayerMeter(RuntimeOptions(threads=1)).held(param.layers[1], shape)
     assert (estimate.intermediates > 0) == (measured.intermediates > 0)
     assert estimate.intermediates == pytest.approx(measured.intermediates, rel=0.01)
+
+
+# a Linear on 128 tokens of 1024 features (pnnx's Gemm, B constant and transposed)
+TOKENS = """7767517
+2 2
+Input            in     0 1 x 0=1024 1=128
+Gemm             fc     1 1 x y 3=1 5=1 6=1 8=64 9=1024 10=4
+"""
+
+
+def test_a_gemm_cut_into_tiles_of_tokens_packs_one_tile_of_its_input_at_a_time(tmp_path) -> None:
+    """NCNN's Gemm packs its input a tile of rows per thread; with one tile for each of 2 threads that
+    is the whole input (128 x 1024 fp32, 512 KiB). Cut into tiles of tokens (its constant_TILE_M),
+    it holds a few rows' worth, and computes the same output."""
+    from flexnn_ncnn.ncnn_model.stock import run_stock
+    from flexnn_ncnn.slicing.policy import LayerDecision
+    from flexnn_ncnn.slicing.rewrite import GEMM_TILE_M_ID, apply
+
+    param = NcnnParam.parse(TOKENS)
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {"x": BlobShape(2, 1024, 128)})
+    fc = analyze(graph, shapes)[1]
+    tiles = fc.model.max_tiles("gemm", HOST16.min_tile_pixels)
+    assert tiles == 128 // 16
+    meter = LayerMeter(RuntimeOptions(threads=2, fp16=False))
+    whole, tiled = meter.cost(fc, "gemm", 64, 1), meter.cost(fc, "gemm", 64, tiles)
+    assert whole.intermediates >= 128 * 1024 * 4 > 3 * tiled.intermediates  # 16 rows a thread
+    assert tiled.weights == whole.weights
+    modelbin = random_modelbin(param, seed=3)
+    sliced, sliced_bin, _ = apply(param, modelbin, {"fc": LayerDecision("fc", "Gemm", "gemm", "gemm", 64, 64, tiles, 0,
+                                                                        whole, tiled, "test")}, shapes)
+    assert sliced.layer("fc").params.get_int(GEMM_TILE_M_ID, 0) == 16
+    for name, files in (("a", (param, modelbin)), ("b", (sliced, sliced_bin))):
+        (tmp_path / f"{name}.param").write_text(files[0].format())
+        (tmp_path / f"{name}.bin").write_bytes(files[1].to_bytes())
+    x = np.random.default_rng(0).standard_normal((128, 1024)).astype(np.float32)
+    ref, got = (run_stock(tmp_path / f"{n}.param", tmp_path / f"{n}.bin", {"x": x}, ["y"], num_threads=2)["y"] for n in "ab")
+    assert np.array_equal(ref, got)  # the same sums: tiles of rows do not reorder them

@@ -81,7 +81,7 @@ class LayerMeter:
         """`layer` (its model `m`) with `width` of its rows, as the rewrite emits it: with a weights-sliced
         layer's Concat output, as analysis.py counts it."""
         params = sub_layer_params(layer, width, m.rows) if width < m.rows else layer.params.copy()
-        held = self.held(with_kernel(Layer(layer.type, "measured", ["in"], ["out"], params), kernel, tiles), shape)
+        held = self.held(with_kernel(Layer(layer.type, "measured", ["in"], ["out"], params), kernel, tiles, shape), shape)
         concat = m.out_bytes if width < m.rows else 0
         return Cost(held.weights, held.intermediates + concat)
 

@@ -5,8 +5,9 @@ Each layer gets the limit the budget leaves it: budget − activations resident 
 first, each with its own slicing: Winograd with weights slicing (fewest slices that fit), Im2col+GEMM
 with input slicing (as many tiles as SIMD efficiency allows, only when the whole im2col does not fit)
 and then weights slicing too (a wide layer's raw-size weights can exceed the limit), direct with
-weights slicing; matrix layers (InnerProduct, constant-B Gemm) with weights slicing; self-attention by
-heads. Slice widths are multiples of the target's SIMD width (whole heads for attention).
+weights slicing; matrix layers (InnerProduct, constant-B Gemm) with weights slicing, a Gemm also
+packing its input's tokens in smaller tiles (as im2col's input slicing: whole if it fits, else the
+most tiles, then weights slicing too); self-attention by heads. Slice widths are multiples of the target's SIMD width (whole heads for attention).
 
 On the target (fit.py) each choice is measured (meter.py): an option fits when its measurement does,
 and the estimates (analysis.py) only order the options and skip those that, corrected by the first
@@ -35,7 +36,7 @@ Measure = Callable[[LayerAnalysis, str, int, int], Cost]
 
 # how each kernel cuts its layer: by output channels/rows, by im2col tiles, or not at all
 SLICING_OF = {"winograd63": "weights", "winograd43": "weights", "im2col_gemm": "input", "direct": "weights",
-              "gemm": "weights", "int8": "weights", "deconv": "weights", "attention": "weights", GROUPED: "none"}
+              "gemm": "input", "int8": "weights", "deconv": "weights", "attention": "weights", GROUPED: "none"}
 
 
 @dataclass(frozen=True)

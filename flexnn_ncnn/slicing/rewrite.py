@@ -16,6 +16,7 @@ NCNN's Convolution ignores (it reads 0-19, 30, 31) and the patched layer (26=2, 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -27,6 +28,7 @@ from .policy import LayerDecision
 
 KERNEL_PARAM_ID = 26
 TILES_PARAM_ID = 27
+GEMM_TILE_M_ID = 20  # Gemm's constant_TILE_M: the rows of its input it packs at a time, per thread
 REFERENCE_LAYER_ID = 29  # =1: the runtime builds NCNN's reference layer, not its CPU one (runtime/planned_layer.h)
 KERNEL_CODES = {"direct": 1, "im2col_gemm": 2, "winograd43": 3, "winograd63": 4}
 PER_ROW = ("weight", "bias", "weight_int8_scales")  # records of Convolution/InnerProduct laid out by output row
@@ -98,9 +100,15 @@ def _sub_layer(layer: Layer, weights: LayerWeights, lo: int, hi: int, rows: int)
     return p, records
 
 
-def with_kernel(layer: Layer, kernel: str, tiles: int) -> Layer:
+def with_kernel(layer: Layer, kernel: str, tiles: int, in_shape: BlobShape | None = None) -> Layer:
     """`layer` recording `kernel` and `tiles` in param ids 26 and 27 when it is an fp32 Convolution (NCNN
-    chooses an int8 layer's kernel itself)."""
+    chooses an int8 layer's kernel itself); a Gemm cut into `tiles` of the rows of its input (`in_shape`)
+    packs that many at a time (GEMM_TILE_M_ID)."""
+    if layer.type == "Gemm" and tiles > 1:
+        assert in_shape is not None, "a Gemm's tiles are rows of its input"
+        p = layer.params.copy()
+        p.set(GEMM_TILE_M_ID, math.ceil(in_shape.h / tiles))
+        return replace(layer, params=p, _line=None, _signature=None)
     if kernel not in KERNEL_CODES or layer.type != "Convolution":
         return layer
     p = layer.params.copy()
@@ -171,7 +179,7 @@ def _emit(layer: Layer, lw: LayerWeights | None, d: LayerDecision, shapes: dict[
           layers: list[Layer], weights: list[LayerWeights]) -> tuple[str, ...]:
     """Append `layer` as decided (whole, or Split → sub-layers → Concat); the names of its computing layers."""
     if d.slices == 1:
-        layers.append(with_kernel(layer, d.kernel, d.tiles))
+        layers.append(with_kernel(layer, d.kernel, d.tiles, shapes.get(layer.bottoms[0])))
         if lw is not None:
             weights.append(lw)
         return (layer.name,)
@@ -184,7 +192,8 @@ def _emit(layer: Layer, lw: LayerWeights | None, d: LayerDecision, shapes: dict[
     for i in range(n):
         lo, hi = i * d.slice_width, min((i + 1) * d.slice_width, d.rows)
         p, records = _sub_layer(layer, lw, lo, hi, d.rows)
-        layers.append(with_kernel(Layer(layer.type, names[i], [ins[i]], [outs[i]], p), d.kernel, d.tiles))
+        layers.append(with_kernel(Layer(layer.type, names[i], [ins[i]], [outs[i]], p), d.kernel, d.tiles,
+                                  shapes.get(layer.bottoms[0])))
         weights.append(LayerWeights(names[i], 0, records))
     # channels (axis 0) of a conv's c,h,w output; the last axis (w) of a matrix layer's output
     axis = 0 if layer.type in ("Convolution", "Deconvolution") else shapes[top].dims - 1
