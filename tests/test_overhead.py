@@ -148,6 +148,28 @@ def test_an_inference_copies_its_outputs_once_out_of_the_arena(tmp_path: Path) -
     np.testing.assert_allclose(first, expected, rtol=1e-4, atol=1e-5)
 
 
+# an 8x nearest upsampling: nothing in the arena but its 8 MB output, which the layer writes whole
+UPSAMPLING = """7767517
+2 2
+Input data 0 1 data 0=90 1=90 2=4
+Interp up 1 1 data output 0=1 1=8.0 2=8.0
+"""
+
+
+def test_the_uncounted_rss_covers_the_outputs_a_loop_holds_while_the_next_inference_runs(tmp_path: Path) -> None:
+    """A loop `outputs = session.run(inputs)` holds one inference's outputs while the next computes its
+    own: the measured uncounted RSS covers both copies of the 8 MB output, not one."""
+    from flexnn_ncnn.overhead import measure_in_child
+    param, bin_ = tmp_path / "up.param", tmp_path / "up.bin"
+    param.write_text(UPSAMPLING)
+    bin_.write_bytes(b"")
+    path = tmp_path / f"up{sidecar.SUFFIX}"
+    write_plan_file(prepare_model(param, bin_, None), path)
+    output_bytes = 4 * 720 * 720 * 4
+    measured = measure_in_child(path, {"data": (4, 90, 90)})
+    assert measured["uncounted_rss_bytes"] >= 2 * output_bytes, measured
+
+
 def test_run_reads_its_inputs_before_the_model_so_they_are_not_counted_as_its_memory(tmp_path: Path) -> None:
     """`python -m flexnn_ncnn.run` reports the session's peak RSS over idle: the input files it reads
     are the caller's data (as the benchmark makes its inputs first), not the model's memory."""
