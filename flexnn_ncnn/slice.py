@@ -115,9 +115,8 @@ def stream_line(result: SlicingResult) -> str:
 def tiling_line(result: SlicingResult) -> str:
     if not result.tilings:
         return "spatial tiling: none (the budget holds every layer's whole input and output)"
-    blocks = "; ".join(f"{t.layers[0]}..{t.layers[-1]} as {t.rows}x{t.cols} tiles of {t.layers[-1]}'s output "
-                       f"({t.recompute:.2f}x their MACs)" for t in result.tilings)
-    return f"spatial tiling: {blocks}: their full-resolution blobs never exist"
+    blocks = "; ".join(f"{t.describe()} ({t.recompute:.2f}x their MACs)" for t in result.tilings)
+    return f"spatial tiling: {blocks}: their full-size blobs never exist"
 
 
 def runtime_only_note(param: NcnnParam) -> str:
@@ -131,13 +130,14 @@ def runtime_only_note(param: NcnnParam) -> str:
 
 
 
-def tiling_table(options: Sequence[spatial.SpatialTiling], budget: int | None) -> str:
-    """Per block, each grid: the most any layer of the model so tiled needs, and the recomputation."""
+def tiling_table(options: Sequence[spatial.Option], budget: int | None) -> str:
+    """Per block, each grid (per MLP width): the most any layer of the model so tiled needs, and the
+    recomputation."""
     if not options:
-        return "spatial tiling: no block of spatial layers to tile"
-    rows = [[f"{o.layers[0]}..{o.layers[-1]}", len(o.layers), f"{o.rows}x{o.cols}", _mib(o.need), f"{o.recompute:.2f}"]
+        return "spatial tiling: no block of spatial layers to tile, no MLP to split"
+    rows = [[o.describe(), _mib(o.need), f"{o.recompute:.2f}"]
             + ([] if budget is None else ["yes" if o.need <= budget else "no"]) for o in options]
-    headers = ["spatial tiling of", "layers", "grid", "model needs", "MACs x"] + ([] if budget is None else ["fits"])
+    headers = ["spatial tiling of", "model needs", "MACs x"] + ([] if budget is None else ["fits"])
     return _table(headers, rows) + "\n(MiB; model needs = the most live activations + smallest working set of any layer)"
 
 
@@ -149,7 +149,7 @@ def tiling_levels(tiler: spatial.Tiler) -> str:
     deepest = max(tiler.models.values(), key=lambda m: len(m[0].tilings))[0]
     for k, t in enumerate(deepest.tilings, start=1):
         model = tiler.models[deepest.tilings[:k]][0]
-        lines.append(f"  then {t.layers[0]}..{t.layers[-1]} {t.rows}x{t.cols}: "
+        lines.append(f"  then {t.describe()}: "
                      f"{_mib(tiler.need(model))} MiB")
     lines.append(f"  the least any tiling reaches: {_mib(least)} MiB")
     return "\n".join(lines)

@@ -138,3 +138,57 @@ def relative_error(ref: np.ndarray, got: np.ndarray) -> float:
     assert ref.shape == got.shape
     scale = float(np.abs(ref).max())
     return float(np.abs(got - ref).max()) / scale if scale else float(np.abs(got).max())
+
+
+def scaled_inputs(name: str, shape: tuple[int, ...], seeds: int) -> list[dict[str, np.ndarray]]:
+    """`seeds` feeds of input `name` (its batch-less NCNN shape), seeded and scaled by 1, 2, 3..."""
+    return [{name: np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * (1 + seed)}
+            for seed in range(seeds)]
+
+
+def rewrite_error(original: tuple[NcnnParam, ModelBin], rewritten: tuple[NcnnParam, ModelBin], folder: Path,
+                  feeds: list[dict[str, np.ndarray]], blobs: list[str]) -> float:
+    """The largest relative error of `blobs`, over `feeds`, of stock NCNN running the rewritten model
+    against the original (both written to `folder` as a.* and b.*)."""
+    from flexnn_ncnn.ncnn_model.stock import run_stock
+    paths = []
+    for name, (param, modelbin) in (("a", original), ("b", rewritten)):
+        paths.append((folder / f"{name}.param", folder / f"{name}.bin"))
+        paths[-1][0].write_text(param.format())
+        paths[-1][1].write_bytes(modelbin.to_bytes())
+    worst = 0.0
+    for feed in feeds:
+        ref, got = (run_stock(*files, feed, blobs) for files in paths)
+        worst = max([worst] + [relative_error(ref[b], got[b]) for b in blobs])
+    return worst
+
+
+def runtime_error(plan: Path, param: Path, bin_: Path, feeds: list[dict[str, np.ndarray]], blobs: list[str]) -> float:
+    """The largest relative error of `blobs`, over `feeds`, of a Session on `plan` against stock NCNN on the
+    model `param`/`bin_`; the Session's counted memory is within its budget."""
+    from flexnn_ncnn import Session
+    from flexnn_ncnn.ncnn_model.stock import run_stock
+    from helpers import assert_counted_within_budget
+    session = Session(plan)
+    worst = 0.0
+    for feed in feeds:
+        got, ref = session.run(feed), run_stock(param, bin_, feed, blobs)
+        worst = max([worst] + [relative_error(ref[b], got[b]) for b in blobs])
+    assert_counted_within_budget(session.stats())
+    return worst
+
+
+def sliced_at_min(text: str, input_shape: str, folder: Path) -> tuple[dict, Path, Path, Path]:
+    """A .param text with seeded weights written to FOLDER/t.*, sliced by `slice --budget min --threads 2
+    --no-fp16` into FOLDER/out: its .slicing.json record, its plan, and the original .param and .bin."""
+    import json
+    from helpers import run_module
+    param = NcnnParam.parse(text)
+    param_path, bin_path = folder / "t.param", folder / "t.bin"
+    param_path.write_text(param.format())
+    bin_path.write_bytes(random_modelbin(param, seed=1).to_bytes())
+    out = folder / "out"
+    proc = run_module("slice", str(param_path), "--input-shape", input_shape, "--budget", "min", "--threads", "2",
+                      "--no-fp16", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads((out / "t.flexnn.slicing.json").read_text()), out / "t.flexnn.plan.json", param_path, bin_path

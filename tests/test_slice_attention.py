@@ -7,18 +7,12 @@ stays whole."""
 
 from __future__ import annotations
 
-import json
-
-import numpy as np
 import pytest
 
-from helpers import assert_counted_within_budget, run_module
-from model_helpers import relative_error
-from flexnn_ncnn import Session
+from model_helpers import rewrite_error, runtime_error, scaled_inputs, sliced_at_min
 from flexnn_ncnn.analysis import AttentionModel, Cost, FixedModel, analyze
 from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_shape
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
-from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.slicing.policy import LayerDecision
 from flexnn_ncnn.slicing.rewrite import apply
 
@@ -56,15 +50,8 @@ def test_heads_sliced_apart_add_up_to_the_whole_attention(storage, tmp_path):
     sliced, sliced_bin, done = apply(param, modelbin, decisions, shapes)
     assert [len(done[n].sublayers) for n in ("mha", "self")] == [2, 3]
     assert [sliced.layer(s).params.get_int(1, 0) for s in done["mha"].sublayers] == [3, 1]  # heads per slice
-    for name, files in (("a", (param, modelbin)), ("b", (sliced, sliced_bin))):
-        (tmp_path / f"{name}.param").write_text(files[0].format())
-        (tmp_path / f"{name}.bin").write_bytes(files[1].to_bytes())
-    for seed in range(3):
-        feeds = {"x": np.random.default_rng(seed).standard_normal((12, 48)).astype(np.float32) * (1 + seed)}
-        ref = run_stock(tmp_path / "a.param", tmp_path / "a.bin", feeds, ["a", "b", "y"])
-        got = run_stock(tmp_path / "b.param", tmp_path / "b.bin", feeds, ["a", "b", "y"])
-        assert ref["y"].shape == (12, 48)
-        assert all(relative_error(ref[blob], got[blob]) <= TOLERANCE for blob in ("a", "b", "y")), seed
+    feeds = scaled_inputs("x", (12, 48), 3)
+    assert rewrite_error((param, modelbin), (sliced, sliced_bin), tmp_path, feeds, ["a", "b", "y"]) <= TOLERANCE
 
 
 # a transformer block whose attention (8 heads: 4 MiB of weights) outweighs its activations
@@ -82,22 +69,10 @@ Softmax            out    1 1 g y 0=1 1=1
 
 
 def test_a_transformer_whose_attention_does_not_fit_runs_sliced_by_heads(tmp_path):
-    param = NcnnParam.parse(TRANSFORMER)
-    (tmp_path / "t.param").write_text(param.format())
-    (tmp_path / "t.bin").write_bytes(random_modelbin(param, seed=1).to_bytes())
-    out = tmp_path / "out"
-    proc = run_module("slice", str(tmp_path / "t.param"), "--input-shape", "1,16,512", "--budget", "min", "--threads", "2",
-                      "--no-fp16", "-o", str(out))
-    assert proc.returncode == 0, proc.stderr
-    decisions = {d["layer"]: d for d in json.loads((out / "t.flexnn.slicing.json").read_text())["layers"]}
+    record, plan, param_path, bin_path = sliced_at_min(TRANSFORMER, "1,16,512", tmp_path)
+    decisions = {d["layer"]: d for d in record["layers"]}
     attention = decisions["mha"]
     assert attention["kernel"] == "attention" and attention["slice_width"] < attention["rows"] == 8, attention
-    budget = json.loads((out / "t.flexnn.slicing.json").read_text())["budget"]
-    assert budget < 4 << 20  # below the attention's weights alone
-    session = Session(out / "t.flexnn.plan.json")
-    for seed in range(4):
-        x = np.random.default_rng(seed).standard_normal((16, 512)).astype(np.float32) * (1 + seed)
-        got = session.run({"x": x})["y"]
-        ref = run_stock(tmp_path / "t.param", tmp_path / "t.bin", {"x": x}, ["y"])["y"]
-        assert relative_error(ref, got) <= TOLERANCE, seed
-    assert_counted_within_budget(session.stats())
+    assert record["budget"] < 4 << 20  # below the attention's weights alone
+    feeds = scaled_inputs("x", (16, 512), 4)
+    assert runtime_error(plan, param_path, bin_path, feeds, ["y"]) <= TOLERANCE

@@ -439,7 +439,7 @@ def test_tiles_hold_less_than_the_whole_layers(tmp_path: Path) -> None:
     whole = max(a.live_bytes for a in analyses)
     assert whole >= 2 * shapes["c1"].nbytes  # c2 reads and writes a 7 MB blob
     option = min(spatial.options(graph, shapes, analyses, HOST), key=lambda o: o.need)
-    tiled_param, _, tiled_shapes = spatial.apply(param, modelbin, graph, shapes, option)
+    tiled_param, _, tiled_shapes = option.apply(param, modelbin, graph, shapes)
     tiled = analyze(Graph.build(tiled_param), tiled_shapes)
     assert max(a.live_bytes for a in tiled) < whole / 2
     assert option.recompute > 1
@@ -562,7 +562,7 @@ def test_an_options_need_bounds_its_tiled_models_analysis(name: str, corpus_file
                           files.bin)
     modelbin = read_bin(param, files.bin)
     for option in spatial.options(graph, shapes, analyze(graph, shapes), HOST):
-        tiled_param, _, tiled_shapes = spatial.apply(param, modelbin, graph, shapes, option)
+        tiled_param, _, tiled_shapes = option.apply(param, modelbin, graph, shapes)
         tiled = analyze(Graph.build(tiled_param), tiled_shapes)
         assert max(a.live_bytes + smallest_working_set(a, HOST) for a in tiled) <= option.need, option
 

@@ -34,7 +34,7 @@ KERNEL_CODES = {"direct": 1, "im2col_gemm": 2, "winograd43": 3, "winograd63": 4}
 PER_ROW = ("weight", "bias", "weight_int8_scales")  # records of Convolution/InnerProduct laid out by output row
 
 
-def _slice_rows(record: WeightRecord, rows: int, lo: int, hi: int, columns: bool = False) -> WeightRecord:
+def slice_rows(record: WeightRecord, rows: int, lo: int, hi: int, columns: bool = False) -> WeightRecord:
     """Rows [lo, hi) of a record laid out as `rows` rows (or, with `columns`, columns of a K×rows matrix)."""
     e = record.elements()
     e = e.reshape(-1, rows)[:, lo:hi] if columns else e.reshape(rows, -1)[lo:hi]
@@ -67,7 +67,7 @@ def sub_layer_params(layer: Layer, width: int, rows: int) -> ParamDict:
     return p
 
 
-def _sub_layer(layer: Layer, weights: LayerWeights, lo: int, hi: int, rows: int) -> tuple[ParamDict, list[WeightRecord]]:
+def sub_layer(layer: Layer, weights: LayerWeights, lo: int, hi: int, rows: int) -> tuple[ParamDict, list[WeightRecord]]:
     """Params and weight records of the sub-layer computing output rows [lo, hi)."""
     p = sub_layer_params(layer, hi - lo, rows)
     records = []
@@ -83,18 +83,18 @@ def _sub_layer(layer: Layer, weights: LayerWeights, lo: int, hi: int, rows: int)
             elif r.spec.role == "out_bias":
                 records.append(r if lo == 0 else WeightRecord.from_elements(r.spec, r.tag, np.zeros_like(r.elements())))
             else:
-                records.append(_slice_rows(r, rows, lo, hi))
+                records.append(slice_rows(r, rows, lo, hi))
     elif layer.type in ("Convolution", "Deconvolution", "InnerProduct"):
         # weights are laid out by output channel (Deconvolution too: [out][in][kh·kw]); an int8 layer's
         # weight scales go with their rows; its input (and output) scale to every slice
-        records = [_slice_rows(r, rows, lo, hi) if r.spec.role in PER_ROW else r for r in weights.records]
+        records = [slice_rows(r, rows, lo, hi) if r.spec.role in PER_ROW else r for r in weights.records]
     else:
         trans_b, broadcast_c = layer.params.get_int(3, 0), layer.params.get_int(10, 0)
         for r in weights.records:
             if r.spec.role == "B":
-                records.append(_slice_rows(r, rows, lo, hi, columns=not trans_b))
+                records.append(slice_rows(r, rows, lo, hi, columns=not trans_b))
             elif r.spec.role == "C" and broadcast_c in (3, 4):
-                records.append(_slice_rows(r, rows, lo, hi, columns=broadcast_c == 3))
+                records.append(slice_rows(r, rows, lo, hi, columns=broadcast_c == 3))
             else:
                 records.append(r)
     return p, records
@@ -141,6 +141,22 @@ def apply(param: NcnnParam, modelbin: ModelBin, decisions: dict[str, LayerDecisi
     return NcnnParam(layers), ModelBin(ModelBin(weights).layout()), done
 
 
+def substitute(param: NcnnParam, modelbin: ModelBin, removed: set[str],
+               inserted: dict[str, tuple[list[Layer], list[LayerWeights]]]) -> tuple[NcnnParam, ModelBin]:
+    """The model without the layers `removed`, with each value of `inserted` (layers and their weights)
+    where the layer its key names was; the weights laid out in the new layers' order."""
+    layers: list[Layer] = []
+    kept = [lw for lw in modelbin if lw.layer not in removed]
+    for layer in param:
+        if layer.name in inserted:
+            layers += inserted[layer.name][0]
+            kept += inserted[layer.name][1]
+        elif layer.name not in removed:
+            layers.append(layer)
+    order = {layer.name: i for i, layer in enumerate(layers)}
+    return NcnnParam(layers), ModelBin(ModelBin(sorted(kept, key=lambda lw: order[lw.layer])).layout())
+
+
 def numpy_crop(name: str, bottom: str, top: str, starts: list[int], ends: list[int], axes: list[int]) -> Layer:
     """A Crop of `bottom` from `starts` to `ends` (exclusive) along `axes` of its c,h,w (0, 1, 2), NCNN's
     numpy-style params 9, 10 and 11."""
@@ -149,6 +165,15 @@ def numpy_crop(name: str, bottom: str, top: str, starts: list[int], ends: list[i
     p.set(10, ends)
     p.set(11, axes)
     return Layer("Crop", name, [bottom], [top], p)
+
+
+def running_sum(name: str, total: str, part: str, top: str, hinted_like: Layer | None) -> Layer:
+    """A BinaryOp adding a slice's partial output `part` to the sum so far `total`; the last one of a chain
+    writes the layer's own top and carries its shape hint (`hinted_like`)."""
+    p = ParamDict()  # BinaryOp 0=0: add
+    if hinted_like is not None and SHAPE_HINT_ID in hinted_like.params:
+        p.set(SHAPE_HINT_ID, hinted_like.params.get_array(SHAPE_HINT_ID))
+    return Layer("BinaryOp", name, [total, part], [top], p)
 
 
 def writes_int8(layer: Layer) -> bool:
@@ -191,7 +216,7 @@ def _emit(layer: Layer, lw: LayerWeights | None, d: LayerDecision, shapes: dict[
     layers.append(Layer("Split", f"{layer.name}.flexnn_split", [layer.bottoms[0]], ins))
     for i in range(n):
         lo, hi = i * d.slice_width, min((i + 1) * d.slice_width, d.rows)
-        p, records = _sub_layer(layer, lw, lo, hi, d.rows)
+        p, records = sub_layer(layer, lw, lo, hi, d.rows)
         layers.append(with_kernel(Layer(layer.type, names[i], [ins[i]], [outs[i]], p), d.kernel, d.tiles,
                                   shapes.get(layer.bottoms[0])))
         weights.append(LayerWeights(names[i], 0, records))
@@ -215,17 +240,14 @@ def _emit_heads(layer: Layer, lw: LayerWeights | None, d: LayerDecision, layers:
     total = ""
     for i in range(n):
         lo, hi = i * d.slice_width, min((i + 1) * d.slice_width, d.rows)
-        p, records = _sub_layer(layer, lw, lo, hi, d.rows)
+        p, records = sub_layer(layer, lw, lo, hi, d.rows)
         out = f"{layer.name}.flexnn_out{i}"
         layers.append(Layer(layer.type, names[i], [c[i] for c in copies], [out], p))
         weights.append(LayerWeights(names[i], 0, records))
         if i:
-            p = ParamDict()  # BinaryOp 0=0: add
             last = i == n - 1
-            if last and SHAPE_HINT_ID in layer.params:
-                p.set(SHAPE_HINT_ID, layer.params.get_array(SHAPE_HINT_ID))
             summed = layer.tops[0] if last else f"{layer.name}.flexnn_sum{i}"
-            layers.append(Layer("BinaryOp", f"{layer.name}.flexnn_add{i}", [total, out], [summed], p))
+            layers.append(running_sum(f"{layer.name}.flexnn_add{i}", total, out, summed, layer if last else None))
             out = summed
         total = out
     return tuple(names)
@@ -247,7 +269,7 @@ def _emit_groups(layer: Layer, lw: LayerWeights | None, d: LayerDecision, shapes
         channels = f"{layer.name}.flexnn_group_channels{i}"  # the group's channels (axis 0 of c,h,w)
         layers.append(numpy_crop(f"{layer.name}.flexnn_group_crop{i}", ins[i], channels, [i * cin], [(i + 1) * cin], [0]))
         # the group's rows of every per-output record ([groups][outputs/groups][...]): weights and bias
-        records = [_slice_rows(r, groups, i, i + 1) for r in lw.records]
+        records = [slice_rows(r, groups, i, i + 1) for r in lw.records]
         conv = replace(group, name=f"{layer.name}.flexnn_group{i}", bottoms=[channels], tops=[outs[i]])
         names += _emit(conv, LayerWeights(conv.name, 0, records), d, shapes, layers, weights)
     layers.append(_concat(f"{layer.name}.flexnn_group_concat", outs, layer.tops[0], 0, layer))

@@ -16,6 +16,8 @@ from ..files import atomic_write_all
 from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
 from ..units import format_size
 from . import spatial
+from .columns import ColumnSplit
+from .hidden import HiddenSplit
 from .policy import LayerDecision, Measure, decide, decide_streamed, smallest_working_set
 from .rewrite import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, apply
 from .streaming import StreamModel, streamed_share
@@ -39,7 +41,7 @@ class SlicingResult:
     decisions: list[LayerDecision]
     analyses: list[LayerAnalysis]
     min_budget: int  # the smallest budget this slicer accepts for the model (spatial tiling included)
-    tilings: tuple[spatial.SpatialTiling, ...]  # the blocks run as grids of spatial tiles, in the order applied
+    tilings: tuple[spatial.Option, ...]  # blocks as grids of spatial tiles, MLPs and sliced Gemms split, in the order applied
     stream: StreamModel | None  # the stream-aware kernel choice's model (None: off)
     streamed_share: float  # the part of the weights streamed on every inference with the fastest kernels (streaming.py)
 
@@ -58,7 +60,9 @@ class SlicingResult:
             "inputs": {name: list(reversed(s.numpy())) for name, s in self.inputs.items()},
             "param_ids": {"kernel": KERNEL_PARAM_ID, "tiles": TILES_PARAM_ID, "kernel_codes": KERNEL_CODES},
             "stream": None if self.stream is None else {**self.stream.to_json(), "streamed_share": self.streamed_share},
-            "spatial_tilings": [t.to_json() for t in self.tilings],
+            "spatial_tilings": [t.to_json() for t in self.tilings if isinstance(t, spatial.SpatialTiling)],
+            "hidden_splits": [t.to_json() for t in self.tilings if isinstance(t, HiddenSplit)],
+            "column_splits": [t.to_json() for t in self.tilings if isinstance(t, ColumnSplit)],
             "layers": [{**asdict(d), "slices": d.slices} for d in self.decisions],
         }
 
@@ -97,7 +101,7 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
             f"no spatial tiling of its blocks fits, so no budget below {format_size(min_budget)} is feasible "
             f"(`--budget min` finds the smallest feasible budget)")
     tiled = tiler.tile(budget - reserve) if budget < untiled else None
-    tilings: tuple[spatial.SpatialTiling, ...] = ()
+    tilings: tuple[spatial.Option, ...] = ()
     if tiled is not None:
         param, modelbin, graph, shapes, analyses, tilings = (tiled.param, tiled.modelbin, tiled.graph, tiled.shapes,
                                                              tiled.analyses, tiled.tilings)

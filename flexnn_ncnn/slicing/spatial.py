@@ -26,17 +26,23 @@ far and the tile's own (smaller) blobs are alive. `options` enumerates the block
 downsampling segments and the grids, each costed step by step as the slicer costs a layer (live
 activations + its smallest working set), with its recomputation: the MACs the tiles run over the
 untiled block's. `choose` takes the option with the least recomputation that fits a limit; when
-none does, `Tiler` tiles one block and searches the rest of the model again, block by block.
+none does, `Tiler` tiles one block and searches the rest of the model again, block by block. The
+Tiler's options also split a transformer's MLPs by hidden units (hidden.py) and its Gemms read by a
+column Slice (columns.py), costed alike.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Union
 
 from ..analysis import LayerAnalysis, analyze, conv_pads, pooling_pads, resident_bytes
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, ParamDict
 from ..ncnn_model.param import SHAPE_HINT_ID
+from . import columns, hidden
+from .columns import ColumnSplit
+from .hidden import HiddenSplit
 from .policy import smallest_working_set
 from .rewrite import numpy_crop, unpacked_if, writes_int8
 from .target import Target
@@ -435,6 +441,22 @@ class SpatialTiling:
         return {"layers": list(self.layers), "grid": [self.rows, self.cols], "recompute": round(self.recompute, 4),
                 "need": self.need}
 
+    def describe(self) -> str:
+        return f"{self.layers[0]}..{self.layers[-1]} as {self.rows}x{self.cols} tiles of {self.layers[-1]}'s output"
+
+    def apply(self, param: NcnnParam, modelbin: ModelBin, graph: Graph,
+              shapes: dict[str, BlobShape]) -> tuple[NcnnParam, ModelBin, dict[str, BlobShape]]:
+        """The model, weights and blob shapes with the block tiled."""
+        block = next(b for b in blocks(graph, shapes) if tuple(l.name for l in _block_layers(graph, b)) == self.layers)
+        log.info("spatial tiling: %s (%.2fx the MACs)", self.describe(), self.recompute)
+        return rewrite(param, shapes, _block_layers(graph, block), block.source, block.sink, self.rows, self.cols,
+                       modelbin)
+
+
+# what the Tiler chooses among: a block run as a grid of tiles, a model's MLPs split (hidden.py), its
+# Gemms read by a column Slice split (columns.py)
+Option = Union[SpatialTiling, HiddenSplit, ColumnSplit]
+
 
 def _crop(name: str, bottom: str, top: str, region: Region, int8: bool) -> Layer:
     return unpacked_if(int8, numpy_crop(name, bottom, top, [region.top, region.left], [region.bottom, region.right], [1, 2]))
@@ -676,10 +698,10 @@ class TiledModel:
     graph: Graph
     shapes: dict[str, BlobShape]
     analyses: list[LayerAnalysis]
-    tilings: tuple[SpatialTiling, ...]
+    tilings: tuple[Option, ...]
 
-    def tiled(self, tiling: SpatialTiling) -> TiledModel:
-        param, modelbin, shapes = apply(self.param, self.modelbin, self.graph, self.shapes, tiling)
+    def tiled(self, tiling: Option) -> TiledModel:
+        param, modelbin, shapes = tiling.apply(self.param, self.modelbin, self.graph, self.shapes)
         graph = Graph.build(param)
         return TiledModel(param, modelbin, graph, shapes, analyze(graph, shapes), (*self.tilings, tiling))
 
@@ -696,8 +718,8 @@ class Tiler:
     def __init__(self, model: TiledModel, target: Target, enabled: bool = True):
         self.target = target
         self.enabled = enabled
-        self.models: dict[tuple[SpatialTiling, ...], tuple[TiledModel, list[SpatialTiling]]] = {}
-        self.needs: dict[tuple[SpatialTiling, ...], int] = {}  # model_need of each tiled model, by its tilings
+        self.models: dict[tuple[Option, ...], tuple[TiledModel, list[Option]]] = {}
+        self.needs: dict[tuple[Option, ...], int] = {}  # model_need of each tiled model, by its tilings
         self.root = self._with_options(model)
 
     def need(self, model: TiledModel) -> int:
@@ -706,17 +728,19 @@ class Tiler:
             self.needs[model.tilings] = model_need(model.analyses, self.target)
         return self.needs[model.tilings]
 
-    def _with_options(self, model: TiledModel) -> tuple[TiledModel, list[SpatialTiling]]:
+    def _with_options(self, model: TiledModel) -> tuple[TiledModel, list[Option]]:
         if model.tilings not in self.models:
-            found = options(model.graph, model.shapes, model.analyses, self.target) if self.enabled else []
+            found: list[Option] = [*options(model.graph, model.shapes, model.analyses, self.target),
+                                   *hidden.options(model.graph, model.shapes, model.analyses, self.target),
+                                   *columns.options(model.graph, model.shapes, self.target)] if self.enabled else []
             self.models[model.tilings] = (model, found)
         return self.models[model.tilings]
 
-    def _then(self, model: TiledModel, tiling: SpatialTiling) -> tuple[TiledModel, list[SpatialTiling]]:
+    def _then(self, model: TiledModel, tiling: Option) -> tuple[TiledModel, list[Option]]:
         key = (*model.tilings, tiling)
         return self.models[key] if key in self.models else self._with_options(model.tiled(tiling))
 
-    def _step(self, model: TiledModel, found: list[SpatialTiling], limit: int) -> SpatialTiling | None:
+    def _step(self, model: TiledModel, found: list[Option], limit: int) -> Option | None:
         """The block to tile first when no option fits `limit`: lowering the need most, then, among
         those whose own steps fit `limit`, the least recomputation (fewer tiles: fewer layers, each of
         which the process holds); when none fits, the one whose own steps need least."""
@@ -757,18 +781,8 @@ class Tiler:
             model, found = self._then(model, step)
 
 
-def choose(candidates: list[SpatialTiling], limit: int) -> SpatialTiling | None:
+def choose(candidates: list[Option], limit: int) -> Option | None:
     """The option whose need fits `limit` with the least recomputation (then the least need); None
     when none fits."""
     fitting = [o for o in candidates if o.need <= limit]
     return min(fitting, key=lambda o: (o.recompute, o.need)) if fitting else None
-
-
-def apply(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape],
-          tiling: SpatialTiling) -> tuple[NcnnParam, ModelBin, dict[str, BlobShape]]:
-    """The model, weights and blob shapes with `tiling` applied."""
-    block = next(b for b in blocks(graph, shapes) if tuple(l.name for l in _block_layers(graph, b)) == tiling.layers)
-    log.info("spatial tiling: %s..%s as %dx%d tiles (%.2fx the MACs)", tiling.layers[0], tiling.layers[-1],
-             tiling.rows, tiling.cols, tiling.recompute)
-    return rewrite(param, shapes, _block_layers(graph, block), block.source, block.sink, tiling.rows, tiling.cols,
-                   modelbin)
