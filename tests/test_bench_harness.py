@@ -28,7 +28,7 @@ FAKE_RUNTIME = textwrap.dedent("""
     from flexnn_ncnn.models import read_description
     from flexnn_ncnn.ncnn_model.stock import run_stock
     p = argparse.ArgumentParser()
-    for a in ("--model", "--mode", "--budget", "--outputs", "--wrong-at", "--crash-at", "--infeasible-at"):
+    for a in ("--model", "--mode", "--budget", "--outputs", "--wrong-at", "--crash-at", "--infeasible-at", "--over-at"):
         p.add_argument(a, default="")
     args = p.parse_args()
     if args.budget == args.crash_at:
@@ -51,8 +51,11 @@ FAKE_RUNTIME = textwrap.dedent("""
     if args.budget == args.wrong_at:
         out = {k: v + 1.0 for k, v in out.items()}
     np.savez(args.outputs, **out)
+    # its real peak, within the budget (the stock run's own memory is not what a runtime would hold), or
+    # twice the budget above its idle RSS where it is told to exceed it
+    peak = idle + 2 * int(args.budget) if args.budget == args.over_at else min(status_bytes("VmHWM"), idle + int(args.budget))
     print(json.dumps({"config": args.mode or "flexnn", "latency_ms": [1.0, 2.0, 3.0], "load_ms": 0.5, "rss_idle_bytes": idle,
-                      "vm_hwm_bytes": status_bytes("VmHWM"), "hwm_reset": True, "outputs_npz": args.outputs,
+                      "vm_hwm_bytes": peak, "hwm_reset": True, "outputs_npz": args.outputs,
                       "counted_bytes": int(args.budget), "load_wait_ms": [0.1, 0.2, 0.3], "plan_ms": 4.0}))
 """)
 
@@ -101,14 +104,12 @@ def test_runs_every_configuration_in_a_child_and_reports_ratios(tiny_model, fake
     md = (tmp_path / "RESULTS.md").read_text()
     assert "| flexnn@2MB | yes |" in md and "Machine:" in md and "| flexnn@2MB | - | - | 4 | - |" in md
     # the fake reports no activation floor: the smallest budget held (counted and peak RSS over idle
-    # within it; the fake's peak is its real process's) is known, the floor is not
-    held = [(b, n) for b, n in ((10**6, "flexnn@1MB"), (2 * 10**6, "flexnn@2MB")) if by_name[n]["peak_over_idle_bytes"] <= b]
-    budget, config = held[0] if held else (None, None)
+    # within it) is known, the floor is not
     floor = data["activation_floor"]
     assert (floor["activation_floor_bytes"], floor["min_budget"], floor["min_budget_config"], floor["min_budget_over_floor"],
-            floor["search_held"]) == (None, budget, config, None, None)
-    assert floor["found_by"] == (None if budget is None else "grid")
-    assert f"| squeezenet | - | {'-' if budget is None else f'{budget / 1e6:.1f}'} | {'-' if budget is None else 'grid'} | - |" in md
+            floor["search_held"]) == (None, 10**6, "flexnn@1MB", None, None)
+    assert floor["found_by"] == "grid"
+    assert "| squeezenet | - | 1.0 | grid | - |" in md
 
 
 def test_wrong_output_and_crashing_child_fail_the_run(tiny_model, fake_runtime, tmp_path):
@@ -123,6 +124,17 @@ def test_wrong_output_and_crashing_child_fail_the_run(tiny_model, fake_runtime, 
     data = json.loads((tmp_path / "squeezenet.results.json").read_text())
     assert [s["ok"] for s in data["summaries"]] == [True, False, False]
     assert "Failures:" in (tmp_path / "RESULTS.md").read_text()
+
+
+def test_a_budget_not_held_fails_the_run(tiny_model, fake_runtime, tmp_path):
+    runtime = "{python} '" + str(fake_runtime) + "' --model {model} --budget {budget} --outputs {outputs} --over-at 1000000"
+    proc = _bench(tiny_model, tmp_path, runtime)
+    assert proc.returncode == 1, proc.stderr
+    error = proc.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: 1 configuration run(s) failed or did not hold their budget")
+    assert "flexnn@1MB did not hold its budget (1,000,000 B" in error and "flexnn@2MB" not in error
+    floor = json.loads((tmp_path / "squeezenet.results.json").read_text())["activation_floor"]
+    assert (floor["min_budget"], floor["min_budget_config"]) == (2 * 10**6, "flexnn@2MB")
 
 
 def test_a_baseline_refusing_its_budget_is_reported_not_failed(tiny_model, fake_runtime, tmp_path):

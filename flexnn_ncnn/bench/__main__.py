@@ -176,10 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_summaries(result)
         print(f"wrote {path}")
         failed += [f"{description['name']} {r.config} (round {r.round}): {r.error}" for r in result.failures]
+        failed += [f"{description['name']} {s.config} did not hold its budget ({format_size(s.budget or 0)}): counted "
+                   f"{format_size(s.counted_bytes or 0)}, peak RSS over idle {format_size(s.peak_over_idle_bytes or 0)}"
+                   for s in result.over_budget]
     report.render_results_md(args.output, args.results_md)
     print(f"wrote {args.results_md}")
     if failed:
-        print(f"error: {len(failed)} configuration run(s) failed: " + "; ".join(failed), file=sys.stderr)
+        print(f"error: {len(failed)} configuration run(s) failed or did not hold their budget: " + "; ".join(failed),
+              file=sys.stderr)
         return 1
     return 0
 

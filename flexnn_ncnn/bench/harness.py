@@ -125,13 +125,17 @@ class FloorSummary:
         return {**asdict(self), "min_budget_over_floor": self.min_budget_over_floor}
 
 
+def exceeds_budget(s: Summary) -> bool:
+    """Its counted memory or its peak RSS over idle (each where reported) exceeded its budget."""
+    return s.budget is not None and any(b is not None and b > s.budget for b in (s.counted_bytes, s.peak_over_idle_bytes))
+
+
 def floor_summary(summaries: list[Summary]) -> FloorSummary:
     """The floor reported by the configurations that ran the model unsliced, and the smallest budget measured
     to hold: a `flexnn` configuration whose runs all passed and whose counted memory and peak RSS over
     idle (each where reported) fit it; flexnn@min's when it held, else the grid's smallest."""
     floors = [s.activation_floor_bytes for s in summaries if s.family in UNSLICED and s.activation_floor_bytes is not None]
-    held = [s for s in summaries if s.family == "flexnn" and s.ok and s.budget is not None
-            and all(b is None or b <= s.budget for b in (s.counted_bytes, s.peak_over_idle_bytes))]
+    held = [s for s in summaries if s.family == "flexnn" and s.ok and s.budget is not None and not exceeds_budget(s)]
     searched = [s for s in summaries if s.family == "flexnn" and s.smallest]
     chosen = next((s for s in held if s.smallest), None) or min(held, key=lambda s: s.budget or 0, default=None)
     floor = max(floors) if floors else None
@@ -154,6 +158,11 @@ class BenchResult:
     @property
     def failures(self) -> list[ChildRun]:
         return [r for r in self.runs if not r.ok]
+
+    @property
+    def over_budget(self) -> list[Summary]:
+        """FlexNN's configurations (`flexnn`, each budget) that ran but did not hold their budget."""
+        return [s for s in self.summaries if s.family == "flexnn" and s.ok and exceeds_budget(s)]
 
     @property
     def max_load_average(self) -> float | None:
