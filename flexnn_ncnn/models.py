@@ -28,7 +28,8 @@ from typing import Any, Callable, Iterator, Sequence
 from tqdm import tqdm
 
 from .cli import UserError, add_logging_args, run_main, setup_logging
-from .ncnn_model import BlobShape, Graph, NcnnParam, infer_shapes, parse_input_shape, parse_input_shapes, read_param
+from .ncnn_model import BlobShape, Graph, NcnnParam, infer_shapes, parse_input_shapes, read_param
+from .ncnn_model.shapes import named_input_shapes
 from .files import atomic_write, atomic_write_all
 from .ncnn_model.random_weights import random_modelbin
 from .ncnn_model.structures import STRUCTURES
@@ -240,14 +241,11 @@ def generate(name: str, outdir: Path, seed: int = 0, fp16: bool = False, tiny: b
 
 
 def has_input_shapes(description: dict[str, Any], input_shapes: Sequence[str]) -> bool:
-    """Whether a model's description has the input shapes `input_shapes` (`[NAME=]SHAPE`) name; a
-    bare SHAPE names the first input."""
+    """Whether a model's description has the input shapes `input_shapes` (`[NAME=]SHAPE`, as
+    named_input_shapes reads them) name."""
     have = {i["name"]: tuple(i["shape"]) for i in description["inputs"]}
-    for text in input_shapes:
-        name, _, dims = text.rpartition("=")
-        if have.get(name or description["inputs"][0]["name"]) != parse_input_shape(dims).numpy():
-            return False
-    return True
+    named = named_input_shapes(input_shapes, list(have), "--input-shape")
+    return all(have[name] == shape.numpy() for name, shape in named.items())
 
 
 def read_description(json_path: str | Path) -> dict[str, Any]:

@@ -79,27 +79,33 @@ def parse_input_shape(text: str) -> BlobShape:
     return BlobShape.from_numpy(tuple(values))
 
 
-def parse_input_shapes(texts: Sequence[str], param: NcnnParam, graph: Graph, flag: str) -> dict[str, BlobShape]:
-    """Every input's shape: `flag`'s values (a shape per input in the model's input order, or
-    NAME=SHAPE for any of them), the shapes the model declares for the inputs not named."""
+def named_input_shapes(texts: Sequence[str], inputs: Sequence[str], flag: str) -> dict[str, BlobShape]:
+    """The shapes `flag`'s values give the model's `inputs` (a shape per input in their order, or
+    NAME=SHAPE for any of them), by input name."""
     named: dict[str, BlobShape] = {}
     bare = []
     for text in texts:
         name, _, dims = text.rpartition("=")
         if not name:
             bare.append(dims)
-        elif name not in graph.inputs:
-            raise UserError(f"{flag} {text}: the model has no input '{name}'; its inputs: {', '.join(graph.inputs)}")
+        elif name not in inputs:
+            raise UserError(f"{flag} {text}: the model has no input '{name}'; its inputs: {', '.join(inputs)}")
         elif name in named:
             raise UserError(f"{flag} gives input '{name}' twice")
         else:
             named[name] = parse_input_shape(dims)
     if bare:
-        if named or len(bare) != len(graph.inputs):
-            raise UserError(f"{flag}: {len(texts)} shape(s) for {len(graph.inputs)} input(s) ({', '.join(graph.inputs)}): "
+        if named or len(bare) != len(inputs):
+            raise UserError(f"{flag}: {len(texts)} shape(s) for {len(inputs)} input(s) ({', '.join(inputs)}): "
                             f"give one per input in that order, or each as NAME=SHAPE")
-        named = {name: parse_input_shape(text) for name, text in zip(graph.inputs, bare)}
-    shapes = {**declared_input_shapes(param, graph), **named}
+        named = {name: parse_input_shape(text) for name, text in zip(inputs, bare)}
+    return named
+
+
+def parse_input_shapes(texts: Sequence[str], param: NcnnParam, graph: Graph, flag: str) -> dict[str, BlobShape]:
+    """Every input's shape: `flag`'s values (named_input_shapes), the shapes the model declares for the
+    inputs not named."""
+    shapes = {**declared_input_shapes(param, graph), **named_input_shapes(texts, graph.inputs, flag)}
     missing = [name for name in graph.inputs if name not in shapes]
     if missing:
         raise UserError(f"the model does not state the shape of input '{missing[0]}': give {flag} {missing[0]}=1,3,224,224 "

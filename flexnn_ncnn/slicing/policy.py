@@ -7,7 +7,8 @@ with input slicing (as many tiles as SIMD efficiency allows, only when the whole
 and then weights slicing too (a wide layer's raw-size weights can exceed the limit), direct with
 weights slicing; matrix layers (InnerProduct, constant-B Gemm) with weights slicing, a Gemm also
 packing its input's tokens in smaller tiles (as im2col's input slicing: whole if it fits, else the
-most tiles, then weights slicing too); self-attention by heads. Slice widths are multiples of the target's SIMD width (whole heads for attention).
+most tiles, then weights slicing too); self-attention by heads. Slice widths are multiples of the
+target's SIMD width (whole heads for attention).
 
 On the target (fit.py) each choice is measured (meter.py): an option fits when its measurement does,
 and the estimates (analysis.py) only order the options and skip those that, corrected by the first
