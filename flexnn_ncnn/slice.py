@@ -134,10 +134,10 @@ def tiling_table(options: Sequence[spatial.Option], budget: int | None) -> str:
     """Per block, each grid (per MLP width): the most any layer of the model so tiled needs, and the
     recomputation."""
     if not options:
-        return "spatial tiling: no block of spatial layers to tile, no MLP to split"
+        return "spatial tiling: no block of spatial layers to tile, no MLP or sliced Gemm to split"
     rows = [[o.describe(), _mib(o.need), f"{o.recompute:.2f}"]
             + ([] if budget is None else ["yes" if o.need <= budget else "no"]) for o in options]
-    headers = ["spatial tiling of", "model needs", "MACs x"] + ([] if budget is None else ["fits"])
+    headers = ["spatial tiling or split", "model needs", "MACs x"] + ([] if budget is None else ["fits"])
     return _table(headers, rows) + "\n(MiB; model needs = the most live activations + smallest working set of any layer)"
 
 

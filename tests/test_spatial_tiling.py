@@ -532,7 +532,7 @@ def test_analyze_lists_the_tiling_options(tmp_path: Path, capsys: pytest.Capture
     _, _, _, _, (param_path, _) = _model(VGG, "1,3,192,192", tmp_path, "vgg")
     assert slice_main([str(param_path), "--analyze", "--budget", "11MB"]) == 0
     out = capsys.readouterr().out
-    assert "spatial tiling of" in out and "c1..p1" in out and "3x3" in out
+    assert "spatial tiling or split" in out and "c1..p1" in out and "3x3" in out
 
 
 def test_a_hinted_model_keeps_true_shape_hints(tmp_path: Path) -> None:
