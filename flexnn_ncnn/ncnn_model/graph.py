@@ -20,6 +20,14 @@ class Graph:
     inputs: list[str]                 # tops of Input layers
     outputs: list[str]                # blobs no layer consumes
 
+    def readers(self) -> dict[str, list[Layer]]:
+        """Each blob some layer reads -> the layers reading it, in run order."""
+        found: dict[str, list[Layer]] = {}
+        for layer in self.order:
+            for b in layer.bottoms:
+                found.setdefault(b, []).append(layer)
+        return found
+
     @classmethod
     def build(cls, param: NcnnParam) -> Graph:
         producer_of: dict[str, Layer] = {}

@@ -53,10 +53,7 @@ def _bounds(layer: Layer, n: int) -> tuple[int, ...] | None:
 
 def sliced_gemms(graph: Graph, shapes: dict[str, BlobShape]) -> list[SlicedGemm]:
     """Every plain Gemm (hidden.plain_gemm) whose output only a Slice along its columns reads."""
-    readers: dict[str, list[Layer]] = {}
-    for layer in graph.order:
-        for b in layer.bottoms:
-            readers.setdefault(b, []).append(layer)
+    readers = graph.readers()
     found = []
     for gemm in graph.order:
         if not plain_gemm(gemm, shapes) or MARK in gemm.name or gemm.tops[0] in graph.outputs:

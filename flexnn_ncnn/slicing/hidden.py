@@ -64,10 +64,7 @@ def plain_gemm(layer: Layer, shapes: dict[str, BlobShape]) -> bool:
 def mlps(graph: Graph, shapes: dict[str, BlobShape]) -> list[Mlp]:
     """Every Gemm → (activation →) Gemm widening its input (N > K) into a hidden blob, whose inner blobs
     have one reader each, in run order; a layer is in one MLP at most."""
-    readers: dict[str, list[Layer]] = {}
-    for layer in graph.order:
-        for b in layer.bottoms:
-            readers.setdefault(b, []).append(layer)
+    readers = graph.readers()
 
     def only_reader(blob: str) -> Layer | None:
         found = readers.get(blob, [])
