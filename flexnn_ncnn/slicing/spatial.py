@@ -299,10 +299,7 @@ def blocks(graph: Graph, shapes: dict[str, BlobShape]) -> list[Block]:
     bystanders = _bystanders(graph)
     crossing = _crossing(graph, bystanders)
     tileable = [_tileable(layer, shapes) for layer in graph.order]
-    consumers: dict[str, int] = {}
-    for layer in graph.order:
-        for b in layer.bottoms:
-            consumers[b] = consumers.get(b, 0) + 1
+    consumers = {b: len(readers) for b, readers in graph.readers().items()}
     cuts = [i for i, b in enumerate(crossing) if b is not None and b in shapes and shapes[b].dims == 3]
     found = []
     run: list[int] = []  # the cuts of the current run of tileable layers, in order
