@@ -10,7 +10,8 @@ limit is tightened by the shortfall and the model sliced again, or the error nam
 feasible budget found. `--budget min` (host) finds the smallest budget a slicing fits by bisection
 between the slicer's own lower bound and a budget confirmed to fit, each probe sliced, prepared and
 planned, and reports the probes and their time (also recorded in the .slicing.json's `min_search`:
-each probe [bytes, fits] in order, and the seconds). With --analyze, prints the per-layer memory table
+each probe [bytes, fits] in order, and the seconds). On a terminal, a status line counts the slicings
+prepared (each runs the model) and names the budget being tried. With --analyze, prints the per-layer memory table
 instead.
 
 When part of the weights must be streamed on every inference, each Winograd layer is weighed against
@@ -39,7 +40,7 @@ from .ncnn_model.stock import check_loads
 from .prepare import RuntimeOptions, prepare_model, transformed_path_for, write_plan_file
 from .slicing import TARGETS, SlicingResult, slice_model, spatial, target_for
 from .slicing.calibrate import calibrate
-from .slicing.fit import fit_to_budget, smallest_budget
+from .slicing.fit import Steps, fit_to_budget, smallest_budget
 from .slicing.rewrite import REFERENCE_LAYER_ID
 from .slicing.slicer import write_sliced
 from .slicing.streaming import DEFAULT_BANDWIDTH, DEFAULT_GEMM_RATE, DEFAULT_WINOGRAD_RATE, StreamModel
@@ -248,7 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         outdir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=outdir, prefix=f".{stem}.slicing-") as scratch:
             if smallest:
-                found = smallest_budget(param, modelbin, graph, shapes, target, options, Path(scratch), stream)
+                with Steps(True) as steps:
+                    found = smallest_budget(param, modelbin, graph, shapes, target, options, Path(scratch), stream, steps=steps)
                 budget, result, min_search = found.budget, found.result, found.search_json()
                 steps = ", ".join(f"{format_size(p.budget)} {'fits' if p.fits else 'no'}" for p in found.probes)
                 print(f"smallest budget: {format_size(budget)}, found in {len(found.probes)} probes and "

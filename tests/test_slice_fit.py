@@ -14,16 +14,22 @@ the slicer's cost model and this machine's resident memory: if any changes, find
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import pty
 import re
+import struct
 import subprocess
+import sys
+import termios
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from flexnn_ncnn import Session
-from helpers import assert_close, assert_counted_within_budget, assert_user_error, run_module, stock_output
+from helpers import REPO_ROOT, assert_close, assert_counted_within_budget, assert_user_error, run_module, stock_output
 
 # above the smallest budget by up to RETRY_STEPS of this: a first slicing, made with nothing reserved
 # beside the arena, misses
@@ -62,6 +68,7 @@ def test_an_infeasible_first_slicing_is_tightened_until_the_plan_fits(model, tmp
         if "attempt 1" in proc.stderr:
             break
     assert "attempt 1" in proc.stderr and "more" in proc.stderr  # the first slicing did not fit
+    assert "slicings prepared" not in proc.stderr  # no progress bar where stderr is not a terminal
     plan = tmp_path / "resnet152.flexnn.plan.json"
     session = Session(plan)
     out = session.run({"in0": x})["out0"]
@@ -93,13 +100,39 @@ def test_no_fitting_slicing_names_a_feasible_budget_and_writes_nothing(model, tm
     assert (tmp_path / "yes" / "resnet152.flexnn.plan.json").exists()
 
 
+def run_on_terminal(verb: str, *args: str) -> tuple[int, str, str]:
+    """`python -m flexnn_ncnn.<verb> args...` with its stderr on a pseudo-terminal, as a user at a shell
+    runs it: (exit code, stdout, what the terminal showed)."""
+    terminal, stderr = pty.openpty()
+    fcntl.ioctl(stderr, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # rows, columns: a new one has 0x0
+    with subprocess.Popen([sys.executable, "-m", f"flexnn_ncnn.{verb}", *args], stdout=subprocess.PIPE, stderr=stderr,
+                          text=True, cwd=REPO_ROOT) as proc:
+        os.close(stderr)
+        shown = bytearray()
+        while True:
+            try:
+                chunk = os.read(terminal, 65536)
+            except OSError:  # the child closed the terminal: EIO
+                break
+            if not chunk:
+                break
+            shown += chunk
+        stdout = proc.stdout.read() if proc.stdout else ""
+    os.close(terminal)
+    return proc.returncode, stdout, shown.decode(errors="replace")
+
+
 def test_budget_min_finds_and_reports_the_smallest_budget_it_fits(model, tmp_path: Path) -> None:
     """`--budget min` bisects between the slicer's lower bound and a confirmed budget: the budget it reports
-    is the one its sidecar is planned for, and the model runs within it to stock NCNN's output."""
+    is the one its sidecar is planned for, and the model runs within it to stock NCNN's output. On a
+    terminal, the search shows how many slicings it prepared and the budget it is trying."""
     param, shape, x = model
-    proc = run_module("slice", str(param), "--budget", "min", "--input-shape", shape, "-o", str(tmp_path / "min"))
-    assert proc.returncode == 0, proc.stderr
-    found = int(re.search(r"smallest budget: ([\d,]+) B .* found in (\d+) probes", proc.stdout)[1].replace(",", ""))
+    code, stdout, shown = run_on_terminal("slice", str(param), "--budget", "min", "--input-shape", shape, "-o",
+                                          str(tmp_path / "min"))
+    assert code == 0, shown
+    counts = [int(n) for n in re.findall(r"fitting: (\d+) slicings prepared, [\d:]+, (?:the smallest, )?[\d,]+ B \([\d.]+ MiB\)", shown)]
+    assert counts and max(counts) >= 2, shown
+    found = int(re.search(r"smallest budget: ([\d,]+) B .* found in (\d+) probes", stdout)[1].replace(",", ""))
     session = Session(tmp_path / "min" / "resnet152.flexnn.plan.json")
     assert session.budget == found
     assert_close(session.run({"in0": x})["out0"], stock_output(param, param.with_suffix(".bin"), x, "in0", "out0"), 1e-4)

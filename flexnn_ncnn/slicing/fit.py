@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from .. import planning, sidecar
 from ..analysis import analyze
 from ..cli import UserError
@@ -53,6 +55,25 @@ MAX_ATTEMPTS = 6
 NAMED_KEPT = 3  # the missed attempts a search keeps, the smallest budgets their plans named
 
 
+class Steps:
+    """What a user at a terminal sees while the fit and the search work (nothing elsewhere): a count of
+    the slicings prepared, each of which runs the model, and the budget being tried."""
+
+    def __init__(self, shown: bool):
+        self._bar = tqdm(desc="fitting", bar_format="{desc}: {n_fmt} slicings prepared, {elapsed}{postfix}",
+                         disable=None if shown else True, leave=False)
+
+    def prepare(self, what: str) -> None:
+        self._bar.set_postfix_str(what, refresh=False)
+        self._bar.update()
+
+    def __enter__(self) -> Steps:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.close()
+
+
 def tiler_of(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape],
              target: Target) -> spatial.Tiler:
     """The model's spatial.Tiler: made once per search, its tiled models serve every attempt and probe."""
@@ -64,17 +85,19 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
                   stream: StreamModel | None = None) -> SlicingResult:
     """The slicing whose prepared profile plans within `budget`: the fit loop's, else the smallest
     budget's when `budget` is at or above it; attempts are written to `scratch`. Raises
-    InfeasibleBudget naming the smallest budget the search verified."""
+    InfeasibleBudget naming the smallest budget the search verified. With `progress`, a terminal shows
+    each slicing prepared (Steps)."""
     named: dict[int, Missed] = {}  # the attempts that missed, for the search
-    try:
-        tiler = tiler_of(param, modelbin, graph, shapes, target)  # its tiled models serve every fit below
-        return _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream, tiler, 0,
-                               named)[0]
-    except planning.InfeasibleBudget as missed:
-        log.info("no slicing fitted %s (%s): searching the smallest budget that fits", format_size(budget), missed)
-        beside = missed.beside_arena
-    found = smallest_budget(param, modelbin, graph, shapes, target, options, scratch, stream, tiler=tiler, beside=beside,
-                            named=named)
+    with Steps(progress) as steps:
+        try:
+            tiler = tiler_of(param, modelbin, graph, shapes, target)  # its tiled models serve every fit below
+            return _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, steps, stream, tiler,
+                                   0, named)[0]
+        except planning.InfeasibleBudget as missed:
+            log.info("no slicing fitted %s (%s): searching the smallest budget that fits", format_size(budget), missed)
+            beside = missed.beside_arena
+        found = smallest_budget(param, modelbin, graph, shapes, target, options, scratch, stream, tiler=tiler,
+                                beside=beside, named=named, steps=steps)
     if found.budget <= budget:
         log.info("the slicing for the smallest budget, %s, fits %s", format_size(found.budget), format_size(budget))
         return found.result
@@ -84,14 +107,14 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
 
 
 def _fit_confirming(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
-                    target: Target, options: RuntimeOptions, scratch: Path, progress: bool,
+                    target: Target, options: RuntimeOptions, scratch: Path, steps: Steps,
                     stream: StreamModel | None, tiler: spatial.Tiler, beside: int,
                     named: dict[int, Missed] | None = None) -> tuple[SlicingResult, int]:
     """The fit loop (its reserve from `beside`, bytes measured beside the arena) and what its slicing holds
     beside the arena, or, when it misses, the loop again at the smallest budget it reported, followed
     while a new slicing for it still misses: raises InfeasibleBudget naming the last one found and what
     it measured beside the arena. `named` collects the attempts that missed (_fit)."""
-    result, smallest, beside = _fit(param, modelbin, graph, shapes, budget, target, options, scratch, progress, stream,
+    result, smallest, beside = _fit(param, modelbin, graph, shapes, budget, target, options, scratch, steps, stream,
                                     tiler, beside, named)
     if result is not None:
         return result, beside
@@ -99,7 +122,7 @@ def _fit_confirming(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
         if not smallest:
             break
         log.info("confirming that %s fits", format_size(smallest))
-        confirmed, found, beside = _fit(param, modelbin, graph, shapes, smallest, target, options, scratch, progress,
+        confirmed, found, beside = _fit(param, modelbin, graph, shapes, smallest, target, options, scratch, steps,
                                         stream, tiler, beside, named)
         if confirmed is not None:
             break
@@ -110,7 +133,7 @@ def _fit_confirming(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
 
 
 def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int, target: Target,
-         options: RuntimeOptions, scratch: Path, progress: bool, stream: StreamModel | None,
+         options: RuntimeOptions, scratch: Path, steps: Steps, stream: StreamModel | None,
          tiler: spatial.Tiler, beside: int,
          named: dict[int, Missed] | None = None) -> tuple[SlicingResult | None, int, int]:
     """(the fitting slicing, 0, what it holds beside the arena), or (None, the smallest feasible budget
@@ -123,8 +146,7 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
     step = 0  # the reserve's last increase
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            result = slice_model(param, modelbin, graph, shapes, budget, target, reserve, progress, stream, meter.cost,
-                                  tiler)
+            result = slice_model(param, modelbin, graph, shapes, budget, target, reserve, False, stream, meter.cost, tiler)
         except UserError as e:
             log.info("attempt %d (reserve %s): %s", attempt, format_size(reserve), e)
             if reserve and not smallest:
@@ -138,6 +160,7 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
                 continue
             break  # the slicer cannot cut further
         try:
+            steps.prepare(f"{format_size(budget)}, attempt {attempt}")
             prepared = _prepared(result, budget, graph, shapes, options, scratch, f"attempt{attempt}")
             return result, 0, prepared.reserved_for(prepared.plan) + planning.ARENA_MARGIN
         except planning.InfeasibleBudget as e:
@@ -207,7 +230,7 @@ class SmallestBudget:
 def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], target: Target,
                     options: RuntimeOptions, scratch: Path, stream: StreamModel | None = None,
                     resolution: int = 64 * 1024, tiler: spatial.Tiler | None = None, beside: int = 0,
-                    named: dict[int, Missed] | None = None) -> SmallestBudget:
+                    named: dict[int, Missed] | None = None, steps: Steps | None = None) -> SmallestBudget:
     """The smallest budget the fit loop fits, to within `resolution` bytes (or 1%): bisection between
     the slicer's own lower bound, below which no slicing fits, and a budget confirmed to fit (the one
     an infeasible fit names, followed while a new slicing for it still misses). Every probe slices,
@@ -216,8 +239,10 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
     slicing tiled deeper for a smaller budget holds more beside it than one for a larger budget needs;
     a probe that misses from there tries again from nothing reserved, as `slice --budget` starts.
     Attempts that missed (`named`: the caller's, then the probes') are kept under the budget their
-    plans named: a probe at or above one first slices it again and tries it, and so does the answer."""
+    plans named: a probe at or above one first slices it again and tries it, and so does the answer.
+    `steps` shows each slicing prepared (none: nothing shown)."""
     started = time.monotonic()
+    steps = steps or Steps(False)
     probes: list[Probe] = []
     tiler = tiler or tiler_of(param, modelbin, graph, shapes, target)
     measured = [beside] if beside else []  # what loops measured beside the arena
@@ -233,6 +258,7 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
             result = slice_model(param, modelbin, graph, shapes, missed.budget, target, missed.reserve, stream=stream,
                                  measure=meter.cost, tiler=tiler)
             try:
+                steps.prepare(f"{format_size(budget)}, probe {len(probes) + 1}")
                 _prepared(result, budget, graph, shapes, options, scratch, "named")
             except planning.InfeasibleBudget:
                 continue
@@ -252,7 +278,7 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
         missed: planning.InfeasibleBudget | None = None
         for start in dict.fromkeys((min(measured, default=0), 0)):
             try:
-                result, held = _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, False,
+                result, held = _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, steps,
                                                stream, tiler, start, named)
             except planning.InfeasibleBudget as e:
                 missed = e
@@ -295,6 +321,7 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
             best, high = result, below
     # the slicing found may plan within less than the probe it fitted (between probes whose loops
     # sliced otherwise): its own smallest budget, as prepare plans and measures it
+    steps.prepare(f"the smallest, {format_size(high)}")
     own = _prepared(best, None, graph, shapes, options, scratch, "smallest").plan.budget
     if own < high:
         log.info("the slicing found fits %s, its own smallest budget", format_size(own))
