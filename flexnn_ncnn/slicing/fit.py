@@ -30,6 +30,7 @@ budget (prepare's smallest plan, measured running) is the answer when lower.
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -332,8 +333,11 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
 
 def _prepared(result: SlicingResult, budget: int | None, graph: Graph, shapes: dict[str, BlobShape], options: RuntimeOptions,
               scratch: Path, stem: str) -> sidecar.Sidecar:
-    """`result` written to `scratch` as `stem`, prepared here and planned for `budget` (None: its smallest
-    feasible one); raises InfeasibleBudget when it does not plan within it."""
-    sliced_param, sliced_bin, _ = write_sliced(result, scratch, stem)
-    return prepare_model(sliced_param, sliced_bin, budget, {name: tuple(shapes[name].numpy()) for name in graph.inputs},
-                         options)
+    """`result` written to a folder in `scratch` as `stem`, prepared here and planned for `budget` (None: its
+    smallest feasible one); raises InfeasibleBudget when it does not plan within it. The folder is removed
+    once prepared: the returned sidecar needs none of its files, and a large model's attempts would
+    otherwise hold its weights and transformed weights once per attempt on disk."""
+    with tempfile.TemporaryDirectory(dir=scratch, prefix=f"{stem}-") as folder:
+        sliced_param, sliced_bin, _ = write_sliced(result, Path(folder), stem)
+        return prepare_model(sliced_param, sliced_bin, budget, {name: tuple(shapes[name].numpy()) for name in graph.inputs},
+                             options)
