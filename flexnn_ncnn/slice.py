@@ -252,9 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with Steps(True) as steps:
                     found = smallest_budget(param, modelbin, graph, shapes, target, options, Path(scratch), stream, steps=steps)
                 budget, result, min_search = found.budget, found.result, found.search_json()
-                steps = ", ".join(f"{format_size(p.budget)} {'fits' if p.fits else 'no'}" for p in found.probes)
+                probes = ", ".join(f"{format_size(p.budget)} {'fits' if p.fits else 'no'}" for p in found.probes)
                 print(f"smallest budget: {format_size(budget)}, found in {len(found.probes)} probes and "
-                      f"{found.seconds:.1f} s ({steps})")
+                      f"{found.seconds:.1f} s ({probes})")
             else:
                 assert budget is not None
                 result = fit_to_budget(param, modelbin, graph, shapes, budget, target, options, Path(scratch), progress=True,

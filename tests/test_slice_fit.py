@@ -134,7 +134,8 @@ def test_budget_min_finds_and_reports_the_smallest_budget_it_fits(model, tmp_pat
     code, stdout, shown = run_on_terminal("slice", str(param), "--budget", "min", "--input-shape", shape, "-o",
                                           str(tmp_path / "min"))
     assert code == 0, shown
-    counts = [int(n) for n in re.findall(r"fitting: (\d+) slicings prepared, [\d:]+, (?:the smallest, )?[\d,]+ B \([\d.]+ MiB\)", shown)]
+    status = r"fitting: (\d+) slicings prepared, [\d:]+, (?:the smallest, )?[\d,]+ B \([\d.]+ MiB\)"
+    counts = [int(n) for n in re.findall(status, shown)]
     assert counts and max(counts) >= 2, shown
     found = int(re.search(r"smallest budget: ([\d,]+) B .* found in (\d+) probes", stdout)[1].replace(",", ""))
     session = Session(tmp_path / "min" / "resnet152.flexnn.plan.json")

@@ -85,7 +85,7 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
                   target: Target, options: RuntimeOptions, scratch: Path, progress: bool = False,
                   stream: StreamModel | None = None) -> SlicingResult:
     """The slicing whose prepared profile plans within `budget`: the fit loop's, else the smallest
-    budget's when `budget` is at or above it; attempts are written to `scratch`. Raises
+    budget's when `budget` is at or above it; each attempt is prepared in a folder of `scratch` (_prepared). Raises
     InfeasibleBudget naming the smallest budget the search verified. With `progress`, a terminal shows
     each slicing prepared (Steps)."""
     named: dict[int, Missed] = {}  # the attempts that missed, for the search
