@@ -204,7 +204,7 @@ def test_a_gemm_cut_into_tiles_of_tokens_packs_one_tile_of_its_input_at_a_time(t
     assert whole.intermediates >= 128 * 1024 * 4 > 3 * tiled.intermediates  # 16 rows a thread
     assert tiled.weights == whole.weights
     modelbin = random_modelbin(param, seed=3)
-    sliced, sliced_bin, _ = apply(param, modelbin, {"fc": LayerDecision("fc", "Gemm", "gemm", "gemm", 64, 64, tiles, 0,
+    sliced, sliced_bin, _ = apply(param, modelbin, graph, {"fc": LayerDecision("fc", "Gemm", "gemm", "gemm", 64, 64, tiles, 0,
                                                                         whole, tiled, "test")}, shapes)
     assert sliced.layer("fc").params.get_int(GEMM_TILE_M_ID, 0) == 16
     for name, files in (("a", (param, modelbin)), ("b", (sliced, sliced_bin))):

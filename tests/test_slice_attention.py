@@ -3,14 +3,15 @@ as MultiHeadAttentions of a few heads each, their outputs added up (slicing/rewr
 Stock NCNN runs the rewritten model to the original's outputs (the heads' partial output projections
 add in another order: ~1e-7 relative), and the sliced transformer runs in the runtime within its budget
 to stock NCNN's outputs on several inputs. Attention with a mask, a cache or inputs of other shapes
-stays whole."""
+stays whole. An attention whose output a residual add takes starts its running sum from the residual,
+which then dies at the first head instead of outliving the last."""
 
 from __future__ import annotations
 
 import pytest
 
 from model_helpers import rewrite_error, runtime_error, scaled_inputs, sliced_at_min
-from flexnn_ncnn.analysis import AttentionModel, Cost, FixedModel, analyze
+from flexnn_ncnn.analysis import AttentionModel, Cost, FixedModel, analyze, live_bytes
 from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_shape
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.slicing.policy import LayerDecision
@@ -47,7 +48,7 @@ def test_heads_sliced_apart_add_up_to_the_whole_attention(storage, tmp_path):
     zero = Cost(0, 0)
     decisions = {"mha": LayerDecision("mha", "MultiHeadAttention", "attention", "attention", 4, 3, 1, 0, zero, zero, "test"),
                  "self": LayerDecision("self", "MultiHeadAttention", "attention", "attention", 6, 2, 1, 0, zero, zero, "test")}
-    sliced, sliced_bin, done = apply(param, modelbin, decisions, shapes)
+    sliced, sliced_bin, done = apply(param, modelbin, graph, decisions, shapes)
     assert [len(done[n].sublayers) for n in ("mha", "self")] == [2, 3]
     assert [sliced.layer(s).params.get_int(1, 0) for s in done["mha"].sublayers] == [3, 1]  # heads per slice
     feeds = scaled_inputs("x", (12, 48), 3)
@@ -76,3 +77,26 @@ def test_a_transformer_whose_attention_does_not_fit_runs_sliced_by_heads(tmp_pat
     assert record["budget"] < 4 << 20  # below the attention's weights alone
     feeds = scaled_inputs("x", (16, 512), 4)
     assert runtime_error(plan, param_path, bin_path, feeds, ["y"]) <= TOLERANCE
+
+
+def test_a_residual_add_starts_the_heads_running_sum(tmp_path):
+    param = NcnnParam.parse(TRANSFORMER)
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {"x": parse_input_shape("16,512")})
+    token_bytes = shapes["x"].nbytes
+    attention = next(a for a in analyze(graph, shapes) if a.layer.name == "mha").model
+    assert isinstance(attention, AttentionModel) and attention.out_bytes == token_bytes  # one partial output, no sum
+    zero = Cost(0, 0)
+    decisions = {"mha": LayerDecision("mha", "MultiHeadAttention", "attention", "attention", 8, 2, 1, 0, zero, zero, "test")}
+    modelbin = random_modelbin(param, seed=5)
+    sliced, sliced_bin, done = apply(param, modelbin, graph, decisions, shapes)
+    sliced_graph = Graph.build(sliced)
+    names = [layer.name for layer in sliced_graph.order]
+    assert "add" not in names and sliced_graph.producer["r"] == names.index("mha.flexnn_add3")
+    # the residual x0 is last read by the first head's add, before the second head runs
+    assert sliced_graph.last_use["x0"] == names.index("mha.flexnn_add0") < names.index(done["mha"].sublayers[1])
+    live = dict(zip(names, live_bytes(sliced_graph, infer_shapes(sliced, sliced_graph, {"x": shapes["x"]}))))
+    # at every head after the first: the normalised input, the sum so far and the head's output
+    assert all(live[head] == 3 * token_bytes for head in done["mha"].sublayers[1:])
+    feeds = scaled_inputs("x", (16, 512), 3)
+    assert rewrite_error((param, modelbin), (sliced, sliced_bin), tmp_path, feeds, ["y"]) <= TOLERANCE

@@ -1,6 +1,7 @@
 """A transformer's MLP split by hidden units (slicing/hidden.py): Gemm → activation → Gemm runs as
 branches of a few hidden units each, their outputs added up, so the wide hidden blob never exists
-whole. Stock NCNN runs the rewritten model to the original's outputs (the second Gemm's sum over
+whole; a residual add of the MLP's output starts the branches' sum, so the residual dies at the
+first branch. Stock NCNN runs the rewritten model to the original's outputs (the second Gemm's sum over
 hidden units in another order: ~1e-7 relative), and a block whose hidden blob alone exceeds the budget
 slices, runs in the runtime within it and equals stock NCNN on several inputs."""
 
@@ -55,6 +56,11 @@ def test_mlp_branches_add_up_to_the_whole_mlp(storage, tmp_path):
     split, split_bin, split_shapes = option.apply(param, modelbin, graph, shapes)
     names = {layer.name for layer in split}
     assert "h" not in split_shapes and not names & {"up", "act", "down", "up2", "down2"} and "up3" in names
+    # the residual add x0 + o is folded: the first branch's output is added to x0, the last add writes r
+    split_graph = Graph.build(split)
+    assert "add" not in names and "o" not in split_shapes
+    order = [layer.name for layer in split_graph.order]
+    assert split_graph.last_use["x0"] < order.index(f"down{hidden.MARK}1") < split_graph.producer["r"]
     feeds = scaled_inputs("x", (24, 40), 3)
     assert rewrite_error((param, modelbin), (split, split_bin), tmp_path, feeds, ["r", "o2", "y"]) <= TOLERANCE
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..cli import UserError
 from .param import Layer, NcnnParam
+
+if TYPE_CHECKING:
+    from .shapes import BlobShape
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,19 @@ class Graph:
             for b in layer.bottoms:
                 found.setdefault(b, []).append(layer)
         return found
+
+    def residual(self, blob: str, shapes: dict[str, BlobShape]) -> Residual | None:
+        """The residual add `blob` flows into: `blob`'s one reader, a BinaryOp adding another blob of
+        its shape (x + f(x)); None when `blob` is read otherwise or is an output."""
+        found = self.readers().get(blob, [])
+        if len(found) != 1 or blob in self.outputs:
+            return None
+        add = found[0]
+        p = add.params
+        if (add.type != "BinaryOp" or len(add.bottoms) != 2 or len(set(add.bottoms)) != 2 or p.get_int(0, 0) != 0
+                or p.get_int(1, 0) or blob not in shapes or any(shapes.get(b) != shapes[blob] for b in add.bottoms)):
+            return None
+        return Residual(add, next(b for b in add.bottoms if b != blob))
 
     @classmethod
     def build(cls, param: NcnnParam) -> Graph:
@@ -71,6 +88,16 @@ class Graph:
                 last_use[b] = max(last_use[b], i)
         inputs = [top for layer in order if layer.type == "Input" for top in layer.tops]
         return cls(order, producer, last_use, inputs, outputs)
+
+
+@dataclass(frozen=True)
+class Residual:
+    """A BinaryOp `add` of `other` and the blob it was found for, of one shape: a running sum that
+    writes that blob can start from `other` instead (other + p0 + p1 + ... writes `add`'s top, and
+    `add` goes), so `other` dies at the first partial output instead of outliving the last."""
+
+    add: Layer
+    other: str
 
 
 def _run_order(topological: list[Layer], producer_of: dict[str, Layer], outputs: list[str]) -> list[Layer]:

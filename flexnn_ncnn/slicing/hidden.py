@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 from ..analysis import LayerAnalysis, analyze
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, WeightRecord
+from ..ncnn_model.graph import Residual
 from ..ncnn_model.param import SHAPE_HINT_ID, ParamDict
 from .policy import smallest_working_set
-from .rewrite import running_sum, slice_rows, sub_layer, sub_layer_params, substitute
+from .rewrite import add_partial, slice_rows, sub_layer, sub_layer_params, substitute
 from .target import Target
 
 # weightless layers computing each element from the same element: a hidden unit's activation
@@ -38,11 +39,13 @@ MARK = ".flexnn_mlp"
 
 @dataclass(frozen=True)
 class Mlp:
-    """`up` (Gemm, N = hidden units) → `act` (or None) → `down` (Gemm, K = hidden units)."""
+    """`up` (Gemm, N = hidden units) → `act` (or None) → `down` (Gemm, K = hidden units), its output
+    read by `residual`'s add alone when there is one: split, the branches' sum starts from it."""
 
     up: Layer
     act: Layer | None
     down: Layer
+    residual: Residual | None
 
     @property
     def hidden(self) -> int:
@@ -81,7 +84,7 @@ def mlps(graph: Graph, shapes: dict[str, BlobShape]) -> list[Mlp]:
         else:
             act, down = None, act
         if down is not None and plain_gemm(down, shapes) and down.params.get_int(9, 0) == up.params.get_int(8, 0):
-            found.append(Mlp(up, act, down))
+            found.append(Mlp(up, act, down, graph.residual(down.tops[0], shapes)))
     return found
 
 
@@ -134,13 +137,8 @@ def _branches(mlp: Mlp, width: int, shapes: dict[str, BlobShape],
         if weights is not None:
             branch_weights += [LayerWeights(up_i, 0, sub_layer(up, weights[up.name], lo, hi, hidden)[1]),
                                LayerWeights(down_i, 0, _down_records(down, weights[down.name], lo, hi, first=i == 0))]
-        if i:
-            last = i == n - 1
-            summed = down.tops[0] if last else f"{down.tops[0]}{MARK}_sum{i}"
-            layers.append(running_sum(f"{down.name}{MARK}_add{i}", total, part, summed, down if last else None))
-            new_shapes[summed] = out
-            part = summed
-        total = part
+        total = add_partial(layers, f"{down.name}{MARK}", i, n, total, part, down, mlp.residual)
+        new_shapes[total] = out
     return layers, new_shapes, branch_weights
 
 
@@ -180,22 +178,25 @@ class HiddenSplit:
         chosen = [m for m in mlps(graph, shapes) if m.down.name in self.layers]
         assert len(chosen) == len(self.layers), "a split names the MLPs of the model it was costed on"
         weights = {lw.layer: lw for lw in modelbin}
-        inner = {layer.tops[0] for m in chosen for layer in m.layers[:-1]}
+        # blobs no longer written: the hidden ones, and an output the residual add now takes in the sum
+        inner = {layer.tops[0] for m in chosen for layer in (m.layers if m.residual else m.layers[:-1])}
         new_shapes = {b: s for b, s in shapes.items() if b not in inner}
         inserted = {}
         for m in chosen:
             branch_layers, branch_shapes, branch_weights = _branches(m, self.width, shapes, weights)
             inserted[m.up.name] = (branch_layers, branch_weights)
             new_shapes.update(branch_shapes)
-        new_param, new_bin = substitute(param, modelbin, {layer.name for m in chosen for layer in m.layers}, inserted)
+        removed = {layer.name for m in chosen for layer in (*m.layers, *([m.residual.add] if m.residual else []))}
+        new_param, new_bin = substitute(param, modelbin, removed, inserted)
         return new_param, new_bin, new_shapes
 
 
 def _split_need(mlp: Mlp, width: int, shapes: dict[str, BlobShape], held: int, target: Target) -> int:
-    """The most bytes a step of the split MLP needs beside `held` bytes of other live blobs."""
+    """The most bytes a step of the split MLP needs beside `held` bytes of other live blobs (a residual
+    the branches' sum starts from is the block's own)."""
     layers, layer_shapes, _ = _branches(mlp, width, shapes, None)
-    source = mlp.up.bottoms[0]
-    block = NcnnParam([Layer("Input", "in", [], [source])] + layers)
+    sources = [mlp.up.bottoms[0], *([mlp.residual.other] if mlp.residual else [])]
+    block = NcnnParam([Layer("Input", f"in{i}", [], [b]) for i, b in enumerate(sources)] + layers)
     analyses = analyze(Graph.build(block), {**shapes, **layer_shapes}, caller_inputs=False)
     return held + max(a.live_bytes + smallest_working_set(a, target) for a in analyses[1:])
 
@@ -219,6 +220,8 @@ def options(graph: Graph, shapes: dict[str, BlobShape], analyses: list[LayerAnal
             # and at its second (its hidden input and output aside)
             held = max(lives[m.up.name] - shapes[m.up.bottoms[0]].nbytes - shapes[m.up.tops[0]].nbytes,
                        lives[m.down.name] - shapes[m.down.bottoms[0]].nbytes - shapes[m.down.tops[0]].nbytes)
+            if m.residual:
+                held -= shapes[m.residual.other].nbytes
             block_need = max(block_need, _split_need(m, width, shapes, held, target))
         adds = sum((math.ceil(m.hidden / width) - 1) * shapes[m.down.tops[0]].numel for m in split)
         macs = sum(shapes[m.up.bottoms[0]].h * m.hidden * (m.up.params.get_int(9, 0) + m.down.params.get_int(8, 0))

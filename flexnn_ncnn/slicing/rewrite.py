@@ -22,7 +22,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..analysis import GROUPED, group_convolution
-from ..ncnn_model import BlobShape, Layer, LayerWeights, ModelBin, NcnnParam, WeightRecord, WeightSpec
+from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, WeightRecord, WeightSpec
+from ..ncnn_model.graph import Residual
 from ..ncnn_model.param import SHAPE_HINT_ID, ParamDict
 from .policy import LayerDecision
 
@@ -117,19 +118,26 @@ def with_kernel(layer: Layer, kernel: str, tiles: int, in_shape: BlobShape | Non
     return replace(layer, params=p, _line=None, _signature=None)
 
 
-def apply(param: NcnnParam, modelbin: ModelBin, decisions: dict[str, LayerDecision],
+def apply(param: NcnnParam, modelbin: ModelBin, graph: Graph, decisions: dict[str, LayerDecision],
           shapes: dict[str, BlobShape]) -> tuple[NcnnParam, ModelBin, dict[str, LayerDecision]]:
-    """The sliced model and its weights; `param` and `modelbin` are not modified."""
+    """The sliced model and its weights; `param` and `modelbin` are not modified. An attention sliced
+    by heads whose output is a residual add's folds it into its running sum (add_partial)."""
+    by_heads = [layer for layer in graph.order if layer.type == "MultiHeadAttention"
+                and layer.name in decisions and decisions[layer.name].slices > 1]
+    folded = {layer.name: graph.residual(layer.tops[0], shapes) for layer in by_heads}
+    removed = {r.add.name for r in folded.values() if r is not None}
     layers: list[Layer] = []
     weights: list[LayerWeights] = []
     done: dict[str, LayerDecision] = {}
     for layer in param:
+        if layer.name in removed:
+            continue
         d = decisions.get(layer.name)
         lw = modelbin.get(layer.name)
         if d is not None and layer.type == "ConvolutionDepthWise" and d.kernel != GROUPED:
             names = _emit_groups(layer, lw, d, shapes, layers, weights)
         elif d is not None and layer.type == "MultiHeadAttention" and d.slices > 1:
-            names = _emit_heads(layer, lw, d, layers, weights)
+            names = _emit_heads(layer, lw, d, layers, weights, folded[layer.name])
         elif d is not None:
             names = _emit(layer, lw, d, shapes, layers, weights)
         else:
@@ -174,6 +182,22 @@ def running_sum(name: str, total: str, part: str, top: str, hinted_like: Layer |
     if hinted_like is not None and SHAPE_HINT_ID in hinted_like.params:
         p.set(SHAPE_HINT_ID, hinted_like.params.get_array(SHAPE_HINT_ID))
     return Layer("BinaryOp", name, [total, part], [top], p)
+
+
+def add_partial(layers: list[Layer], prefix: str, i: int, n: int, total: str, part: str, sliced: Layer,
+                residual: Residual | None) -> str:
+    """Append the add of partial output `i` of `n` to the running sum `total` (none before the first),
+    whose last add writes `sliced`'s top, or, folding `residual`, starts from its other blob and writes
+    the residual add's top (Residual). Returns the sum so far."""
+    if i == 0 and residual is None:
+        return part
+    if i == 0:
+        total = residual.other
+    writer = residual.add if residual is not None else sliced
+    last = i == n - 1
+    summed = writer.tops[0] if last else f"{prefix}_sum{i}"
+    layers.append(running_sum(f"{prefix}_add{i}", total, part, summed, writer if last else None))
+    return summed
 
 
 def writes_int8(layer: Layer) -> bool:
@@ -227,10 +251,11 @@ def _emit(layer: Layer, lw: LayerWeights | None, d: LayerDecision, shapes: dict[
 
 
 def _emit_heads(layer: Layer, lw: LayerWeights | None, d: LayerDecision, layers: list[Layer],
-                weights: list[LayerWeights]) -> tuple[str, ...]:
+                weights: list[LayerWeights], residual: Residual | None) -> tuple[str, ...]:
     """Append a MultiHeadAttention sliced by heads: each input Split to every slice, per slice a
     MultiHeadAttention of its heads, its output added to the sum of those before (the last add writes
-    the layer's top). One partial output and the running sum are alive at a time."""
+    the layer's top, or `residual`'s: add_partial). One partial output and the running sum are alive
+    at a time."""
     assert lw is not None and len(layer.tops) == 1
     n = d.slices
     copies = [[f"{layer.name}.flexnn_in{j}_{i}" for i in range(n)] for j in range(len(layer.bottoms))]
@@ -244,12 +269,7 @@ def _emit_heads(layer: Layer, lw: LayerWeights | None, d: LayerDecision, layers:
         out = f"{layer.name}.flexnn_out{i}"
         layers.append(Layer(layer.type, names[i], [c[i] for c in copies], [out], p))
         weights.append(LayerWeights(names[i], 0, records))
-        if i:
-            last = i == n - 1
-            summed = layer.tops[0] if last else f"{layer.name}.flexnn_sum{i}"
-            layers.append(running_sum(f"{layer.name}.flexnn_add{i}", total, out, summed, layer if last else None))
-            out = summed
-        total = out
+        total = add_partial(layers, f"{layer.name}.flexnn", i, n, total, out, layer, residual)
     return tuple(names)
 
 

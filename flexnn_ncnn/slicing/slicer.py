@@ -120,7 +120,7 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
             d = decide_streamed(a, d, target, stream, share, measure if measured else None)
         if not isinstance(a.model, FixedModel):
             decisions[a.layer.name] = d
-    sliced_param, sliced_bin, done = apply(param, modelbin, decisions, shapes)
+    sliced_param, sliced_bin, done = apply(param, modelbin, graph, decisions, shapes)
     ordered = [done[a.layer.name] for a in analyses if a.layer.name in done]
     log.info("%d of %d layers sliced or re-kerneled", sum(d.changed for d in ordered), len(ordered))
     inputs = {b: shapes[b] for b in graph.inputs if b in shapes}
