@@ -599,7 +599,7 @@ def analyze_layer(index: int, layer: Layer, live_bytes: int, in_shape: BlobShape
                   out_shape: BlobShape | None, inputs_alike: bool = True, residual: bool = False) -> LayerAnalysis:
     """The cost model of `layer` reading `in_shape` (every input, when `inputs_alike`) and writing
     `out_shape`, beside `live_bytes` of activations; `residual`: its output is only added to another
-    blob of its shape (Graph.residual)."""
+    blob of its shape (Graph.residuals)."""
     model: CostModel | None = None
     try:
         if in_shape is not None and out_shape is not None:
@@ -650,7 +650,8 @@ def live_bytes(graph: Graph, shapes: dict[str, BlobShape], caller_inputs: bool =
 
 def analyze(graph: Graph, shapes: dict[str, BlobShape], caller_inputs: bool = True) -> list[LayerAnalysis]:
     """One entry per layer, in `graph.order` (`caller_inputs`: as live_bytes)."""
+    residuals = graph.residuals([layer.tops[0] for layer in graph.order if layer.type == "MultiHeadAttention"], shapes)
     return [analyze_layer(i, layer, live, shapes.get(layer.bottoms[0]) if layer.bottoms else None,
                           shapes.get(layer.tops[0]) if layer.tops else None, len({shapes.get(b) for b in layer.bottoms}) <= 1,
-                          layer.type == "MultiHeadAttention" and graph.residual(layer.tops[0], shapes) is not None)
+                          residuals.get(layer.tops[0]) is not None if layer.tops else False)
             for i, (layer, live) in enumerate(zip(graph.order, live_bytes(graph, shapes, caller_inputs)))]

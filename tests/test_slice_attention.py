@@ -100,3 +100,33 @@ def test_a_residual_add_starts_the_heads_running_sum(tmp_path):
     assert all(live[head] == 3 * token_bytes for head in done["mha"].sublayers[1:])
     feeds = scaled_inputs("x", (16, 512), 3)
     assert rewrite_error((param, modelbin), (sliced, sliced_bin), tmp_path, feeds, ["y"]) <= TOLERANCE
+
+
+# two attentions read in parallel and summed by one add (r = attn1(x) + attn2(x)): one add, one fold
+PARALLEL = """7767517
+6 7
+Input              in     0 1 x 0=64 1=10
+Split              sp     1 2 x x0 x1
+MultiHeadAttention a1     1 1 x0 a 0=64 1=4 2=4096
+MultiHeadAttention a2     1 1 x1 b 0=64 1=4 2=4096
+BinaryOp           add    2 1 a b r 0=0
+Softmax            out    1 1 r y 0=1 1=1
+"""
+
+
+def test_two_attentions_summed_by_one_add_fold_into_one_sum(tmp_path):
+    param = NcnnParam.parse(PARALLEL)
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {"x": parse_input_shape("10,64")})
+    zero = Cost(0, 0)
+    decisions = {n: LayerDecision(n, "MultiHeadAttention", "attention", "attention", 4, 2, 1, 0, zero, zero, "test")
+                 for n in ("a1", "a2")}
+    modelbin = random_modelbin(param, seed=6)
+    sliced, sliced_bin, _ = apply(param, modelbin, graph, decisions, shapes)
+    # each blob written once, after what it reads: a2's sum starts from a1's output (written before it
+    # in the file), a1's stays its own
+    sliced_graph = Graph.build(sliced)
+    assert [layer.name for layer in sliced if "r" in layer.tops] == ["a2.flexnn_add1"] and "b" not in sliced_graph.producer
+    assert sliced_graph.written_at["a"] < sliced_graph.written_at["r"]
+    feeds = scaled_inputs("x", (10, 64), 3)
+    assert rewrite_error((param, modelbin), (sliced, sliced_bin), tmp_path, feeds, ["y"]) <= TOLERANCE

@@ -23,6 +23,7 @@ class Graph:
     last_use: dict[str, int]          # blob -> index of its last consumer (its producer if none)
     inputs: list[str]                 # tops of Input layers
     outputs: list[str]                # blobs no layer consumes
+    written_at: dict[str, int]        # blob -> index in the .param file of the layer writing it
 
     def readers(self) -> dict[str, list[Layer]]:
         """Each blob some layer reads -> the layers reading it, in run order."""
@@ -32,18 +33,30 @@ class Graph:
                 found.setdefault(b, []).append(layer)
         return found
 
-    def residual(self, blob: str, shapes: dict[str, BlobShape]) -> Residual | None:
-        """The residual add `blob` flows into: `blob`'s one reader, a BinaryOp adding another blob of
-        its shape (x + f(x)); None when `blob` is read otherwise or is an output."""
-        found = self.readers().get(blob, [])
-        if len(found) != 1 or blob in self.outputs:
-            return None
-        add = found[0]
-        p = add.params
-        if (add.type != "BinaryOp" or len(add.bottoms) != 2 or len(set(add.bottoms)) != 2 or p.get_int(0, 0) != 0
-                or p.get_int(1, 0) or blob not in shapes or any(shapes.get(b) != shapes[blob] for b in add.bottoms)):
-            return None
-        return Residual(add, next(b for b in add.bottoms if b != blob))
+    def residuals(self, blobs: list[str], shapes: dict[str, BlobShape]) -> dict[str, Residual | None]:
+        """For each of `blobs`, the residual add it flows into: its one reader, a BinaryOp adding another
+        blob of its shape (x + f(x)); None when it is read otherwise or is an output, or when an earlier
+        one of `blobs` flows into the same add (y = f(x) + g(x): one sum may start from the other), or
+        when the other blob is written after it in the file (NCNN reads a .param's blobs in file order,
+        and the sum that starts from the other blob is written where the blob was)."""
+        readers = self.readers()
+        found: dict[str, Residual | None] = {}
+        claimed: set[str] = set()
+        for blob in blobs:
+            reading = readers.get(blob, [])
+            add = reading[0] if len(reading) == 1 and blob not in self.outputs else None
+            if (add is None or add.name in claimed or add.type != "BinaryOp" or len(add.bottoms) != 2
+                    or len(set(add.bottoms)) != 2 or add.params.get_int(0, 0) != 0 or add.params.get_int(1, 0)
+                    or blob not in shapes or any(shapes.get(b) != shapes[blob] for b in add.bottoms)):
+                found[blob] = None
+                continue
+            other = next(b for b in add.bottoms if b != blob)
+            if self.written_at[other] > self.written_at[blob]:
+                found[blob] = None
+                continue
+            claimed.add(add.name)
+            found[blob] = Residual(add, other)
+        return found
 
     @classmethod
     def build(cls, param: NcnnParam) -> Graph:
@@ -87,7 +100,8 @@ class Graph:
             for b in layer.bottoms:
                 last_use[b] = max(last_use[b], i)
         inputs = [top for layer in order if layer.type == "Input" for top in layer.tops]
-        return cls(order, producer, last_use, inputs, outputs)
+        written_at = {top: i for i, layer in enumerate(param) for top in layer.tops}
+        return cls(order, producer, last_use, inputs, outputs, written_at)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ slices further. A branch's layers carry `.flexnn_mlp` in their names and are not
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..analysis import LayerAnalysis, analyze
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, WeightRecord
@@ -84,8 +84,11 @@ def mlps(graph: Graph, shapes: dict[str, BlobShape]) -> list[Mlp]:
         else:
             act, down = None, act
         if down is not None and plain_gemm(down, shapes) and down.params.get_int(9, 0) == up.params.get_int(8, 0):
-            found.append(Mlp(up, act, down, graph.residual(down.tops[0], shapes)))
-    return found
+            found.append(Mlp(up, act, down, None))
+    residuals = graph.residuals([m.down.tops[0] for m in found], shapes)
+    # the branches are written where the first Gemm was: a residual written after it stays apart
+    return [replace(m, residual=r if r is None or graph.written_at[r.other] < graph.written_at[m.up.tops[0]] else None)
+            for m, r in ((m, residuals[m.down.tops[0]]) for m in found)]
 
 
 def _widths(hidden: int, simd: int) -> list[int]:

@@ -124,7 +124,8 @@ def apply(param: NcnnParam, modelbin: ModelBin, graph: Graph, decisions: dict[st
     by heads whose output is a residual add's folds it into its running sum (add_partial)."""
     by_heads = [layer for layer in graph.order if layer.type == "MultiHeadAttention"
                 and layer.name in decisions and decisions[layer.name].slices > 1]
-    folded = {layer.name: graph.residual(layer.tops[0], shapes) for layer in by_heads}
+    residuals = graph.residuals([layer.tops[0] for layer in by_heads], shapes)
+    folded = {layer.name: residuals[layer.tops[0]] for layer in by_heads}
     removed = {r.add.name for r in folded.values() if r is not None}
     layers: list[Layer] = []
     weights: list[LayerWeights] = []
