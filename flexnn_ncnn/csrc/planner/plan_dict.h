@@ -62,9 +62,9 @@ inline Profile profile_from_columns(const TensorRows& tensors, const LayerRows& 
             throw std::invalid_argument("profile: unknown role " + std::to_string(role));
         if (t[3] < 0 || t[6] < 0 || t[6] > 1)
             throw std::overflow_error("profile: tensor " + std::to_string(i) + "'s size or transformed flag is out of range");
-        profile.tensors.push_back({int_field(t[0], i, "layer"), static_cast<Role>(role), int_field(t[2], i, "ordinal"),
-                                   static_cast<uint64_t>(t[3]), int_field(t[4], i, "first_use"), int_field(t[5], i, "last_use"), t[6] != 0,
-                                   int_field(t[7], i, "released_before")});
+        profile.tensors.push_back({int_field(t[0], i, "layer"), int_field(t[2], i, "ordinal"), static_cast<uint64_t>(t[3]),
+                                   int_field(t[4], i, "first_use"), int_field(t[5], i, "last_use"),
+                                   int_field(t[7], i, "released_before"), static_cast<Role>(role), t[6] != 0});
     }
     const pybind11::ssize_t m = rows_of(layers, 2, "layers");
     profile.layers.reserve(m);

@@ -22,7 +22,7 @@
 
 namespace flexnn {
 
-enum class Role
+enum class Role : uint8_t
 {
     Weight = 0,       // read from storage by the loading thread (possibly ahead of its layer)
     Activation = 1,   // a layer's output blob, live until its last consumer
@@ -31,21 +31,24 @@ enum class Role
 
 const char* role_name(Role role);
 
+// A runtime holds one per tensor of its profile (thousands in a finely sliced model): its fields are
+// ordered so that it packs into 32 bytes.
 struct TensorUse
 {
     int layer;     // owning layer: loads (weight) or computes (activation, intermediate) it
-    Role role;
     int ordinal;   // position among the owning layer's tensors of this role, in allocation order
     uint64_t size; // bytes requested, > 0
     int first_use; // == layer
     int last_use;  // >= first_use; == layer for intermediates
-    // weights only: a pre-transformed record of the layer's transformed-weights file, which the
-    // runtime may map over its arena bytes instead of reading it there (PlannerOptions::map_transformed)
-    bool transformed = false;
     // intermediates only: released before its layer's intermediate of this ordinal was requested
     // (> ordinal); -1: held to its layer's end (every other tensor: -1)
     int released_before = -1;
+    Role role;
+    // weights only: a pre-transformed record of the layer's transformed-weights file, which the
+    // runtime may map over its arena bytes instead of reading it there (PlannerOptions::map_transformed)
+    bool transformed = false;
 };
+static_assert(sizeof(TensorUse) == 32, "TensorUse packs into 32 bytes");
 
 // the requests of its layer's intermediates over which `t` is live, [first, second); every other
 // tensor: all of them

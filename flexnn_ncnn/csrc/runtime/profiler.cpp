@@ -371,7 +371,7 @@ Status prepare_recorded(const std::string& param_path, const std::string& bin_pa
     {
         const int step = step_of[r.step];
         if (step >= 0) // layers the outputs do not need are never loaded
-            profile.tensors.push_back({step, Role::Weight, r.ordinal, r.size, step, step, r.transformed});
+            profile.tensors.push_back({step, r.ordinal, r.size, step, step, -1, Role::Weight, r.transformed});
     }
     for (const RecordingAllocator* allocator : {&blobs, &workspace})
     {
@@ -383,7 +383,7 @@ Status prepare_recorded(const std::string& param_path, const std::string& bin_pa
                 return Status::error("step " + std::to_string(r.step) + ": a workspace buffer outlives its layer "
                                      "(released at step " + std::to_string(last_use) + "): cannot plan it as an intermediate");
             }
-            profile.tensors.push_back({r.step, r.role, r.ordinal, r.size, r.step, last_use, false, r.released_before});
+            profile.tensors.push_back({r.step, r.ordinal, r.size, r.step, last_use, r.released_before, r.role, false});
         }
     }
     result.outside_bytes = outside.counts().peak_bytes;
