@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 
-from flexnn_ncnn import Session
 from flexnn_ncnn.ncnn_model import Graph, ModelBin, infer_shapes, parse_input_shape, read_bin, read_param
 from flexnn_ncnn.ncnn_model.modelbin import TAG_INT8
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
