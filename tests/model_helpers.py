@@ -192,3 +192,10 @@ def sliced_at_min(text: str, input_shape: str, folder: Path) -> tuple[dict, Path
                       "--no-fp16", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     return json.loads((out / "t.flexnn.slicing.json").read_text()), out / "t.flexnn.plan.json", param_path, bin_path
+
+
+def plan_arena(plan: Path) -> int:
+    """The arena bytes of the plan sliced_at_min wrote: what a slicing is checked by. (Not the record's
+    budget: that is the fit attempt's, which adds the process's uncounted memory, and varies by run.)"""
+    import json
+    return int(json.loads(plan.read_text())["plan"]["arena_bytes"])

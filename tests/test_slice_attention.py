@@ -8,11 +8,9 @@ which then dies at the first head instead of outliving the last."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from model_helpers import rewrite_error, runtime_error, scaled_inputs, sliced_at_min
+from model_helpers import plan_arena, rewrite_error, runtime_error, scaled_inputs, sliced_at_min
 from flexnn_ncnn.analysis import AttentionModel, Cost, FixedModel, analyze, live_bytes
 from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_shape
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
@@ -76,9 +74,7 @@ def test_a_transformer_whose_attention_does_not_fit_runs_sliced_by_heads(tmp_pat
     decisions = {d["layer"]: d for d in record["layers"]}
     attention = decisions["mha"]
     assert attention["kernel"] == "attention" and attention["slice_width"] < attention["rows"] == 8, attention
-    # the arena the runtime counts holds less than the attention's weights alone (the record's budget is the attempt's,
-    # which adds the process's uncounted memory, varying by run)
-    assert json.loads(plan.read_text())["plan"]["arena_bytes"] < 4 << 20
+    assert plan_arena(plan) < 4 << 20  # below the attention's weights alone
     feeds = scaled_inputs("x", (16, 512), 4)
     assert runtime_error(plan, param_path, bin_path, feeds, ["y"]) <= TOLERANCE
 

@@ -5,11 +5,9 @@ budget slices, runs in the runtime within it and equals stock NCNN on several in
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from model_helpers import rewrite_error, runtime_error, scaled_inputs, sliced_at_min
+from model_helpers import plan_arena, rewrite_error, runtime_error, scaled_inputs, sliced_at_min
 from flexnn_ncnn.analysis import analyze
 from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_shape
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
@@ -61,8 +59,6 @@ def test_a_model_whose_wide_blob_exceeds_the_budget_runs_split(tmp_path):
     # 512 tokens: the 6 MiB wide blob and the Slice's 6 MiB of copies coexist unless it is split
     record, plan, param_path, bin_path = sliced_at_min(_net(512, 1024, 256), "1,512,256", tmp_path)
     assert [s["slices"] for s in record["column_splits"]] == [["cut"]], record["column_splits"]
-    # the arena the runtime counts holds less than the wide blob beside its copies (what a budget holds
-    # beside it, the process's uncounted memory, varies by run; the record's budget is the attempt's)
-    assert json.loads(plan.read_text())["plan"]["arena_bytes"] < 12 << 20
+    assert plan_arena(plan) < 12 << 20  # below the wide blob beside its copies
     feeds = scaled_inputs("x", (512, 256), 4)
     assert runtime_error(plan, param_path, bin_path, feeds, ["y", "r0", "r1"]) <= TOLERANCE

@@ -7,11 +7,9 @@ slices, runs in the runtime within it and equals stock NCNN on several inputs.""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from model_helpers import rewrite_error, runtime_error, scaled_inputs, sliced_at_min
+from model_helpers import plan_arena, rewrite_error, runtime_error, scaled_inputs, sliced_at_min
 from flexnn_ncnn.analysis import analyze
 from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_shape
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
@@ -85,7 +83,5 @@ Softmax   out  1 1 g y 0=1 1=1
 def test_a_block_whose_hidden_blob_exceeds_the_budget_runs_split(tmp_path):
     record, plan, param_path, bin_path = sliced_at_min(BLOCK, "1,256,256", tmp_path)
     assert [s["mlps"] for s in record["hidden_splits"]] == [["down"]], record["hidden_splits"]
-    # the arena the runtime counts holds less than the hidden blob alone (the record's budget is the attempt's,
-    # which adds the process's uncounted memory, varying by run)
-    assert json.loads(plan.read_text())["plan"]["arena_bytes"] < 4 << 20
+    assert plan_arena(plan) < 4 << 20  # below the hidden blob alone
     assert runtime_error(plan, param_path, bin_path, scaled_inputs("x", (256, 256), 4), ["y"]) <= TOLERANCE
