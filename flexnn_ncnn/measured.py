@@ -66,16 +66,20 @@ def _entry(kind: str, key: dict[str, Any]) -> Path:
     return cache_dir() / kind / f"{digest}.json"
 
 
-def recalled(kind: str, key: dict[str, Any], measure: Callable[[], Any]) -> Any:
-    """The stored answer of `kind` for `key` (JSON values; include the build_key), else measure() stored."""
-    path = _entry(kind, key)
+def stored(kind: str, key: dict[str, Any]) -> Any:
+    """The stored answer of `kind` for `key`, else None."""
     try:
-        stored = json.loads(path.read_text())
-        if stored.get("key") == key:
-            return stored["value"]
+        entry = json.loads(_entry(kind, key).read_text())
+        if entry.get("key") == key:
+            return entry["value"]
     except (OSError, ValueError, AttributeError, KeyError):
         pass
-    value = measure()
+    return None
+
+
+def store(kind: str, key: dict[str, Any], value: Any) -> None:
+    """Keep `value` (JSON values, not None) as the answer of `kind` for `key`, replacing any."""
+    path = _entry(kind, key)
     scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,6 +89,14 @@ def recalled(kind: str, key: dict[str, Any], measure: Callable[[], Any]) -> Any:
         _warn_unwritable(str(path.parent), str(e))
         with contextlib.suppress(OSError):
             scratch.unlink()
+
+
+def recalled(kind: str, key: dict[str, Any], measure: Callable[[], Any]) -> Any:
+    """The stored answer of `kind` for `key` (JSON values; include the build_key), else measure() stored."""
+    value = stored(kind, key)
+    if value is None:
+        value = measure()
+        store(kind, key, value)
     return value
 
 

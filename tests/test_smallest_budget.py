@@ -1,7 +1,8 @@
 """The smallest budget `slice` names is honest (issue 13): a budget at or above it slices, prepares,
 plans and runs (feasibility is monotone in the budget the user gives), the same command at it gives
 the same answer every time, and a budget its search found infeasible is refused naming a budget that
-was verified. (Not any budget below it: the search bisects to 64 KiB or 1%, and the fit loop is not
+was verified. The search's answer is kept (slicing/verified.py): a later process slicing at it takes
+that slicing, where its own fit loop or search could settle on another that needs a few KB more. (Not any budget below it: the search bisects to 64 KiB or 1%, and the fit loop is not
 monotone, so a budget between or below its failing probes may still fit.)
 
 Three models: the tiny ResNet-152 of the zoo, and two of the project's structures. Each `slice` is
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flexnn_ncnn import Session
+from flexnn_ncnn import Session, measured
 from flexnn_ncnn.ncnn_model import Graph, read_param
 from flexnn_ncnn.ncnn_model.stock import run_stock
 from helpers import assert_close, assert_counted_within_budget, assert_user_error, run_module
@@ -78,6 +79,20 @@ def test_every_budget_from_the_named_smallest_to_four_times_it_slices_and_runs(m
         plan = tmp_path / f"x{factor}" / f"{param.stem}.flexnn.plan.json"
         assert Session(plan).budget == budget
         _runs_as_stock(param, plan, seed=i + 1)
+
+
+def test_the_search_s_answer_is_kept_and_a_later_slice_at_it_takes_its_slicing(model, tmp_path: Path) -> None:
+    param, input_shape, smallest, _ = model
+    searched = json.loads((param.parent / "min" / f"{param.stem}.flexnn.slicing.json").read_text())
+    recipe = [smallest, searched["budget"], searched["reserve"]]  # verified.Verified: need, budget, reserve
+    kept = [json.loads(p.read_text())["value"] for p in (measured.cache_dir() / "smallest_budget").glob("*.json")]
+    assert recipe in kept
+    proc = run_module("slice", str(param), "--budget", str(smallest), "--input-shape", input_shape, "-o", str(tmp_path), "-v")
+    assert proc.returncode == 0, proc.stderr
+    # its fit loop's slicing, or where that misses the kept one: no search again
+    assert "probe" not in proc.stderr
+    again = json.loads((tmp_path / f"{param.stem}.flexnn.slicing.json").read_text())
+    assert again["budget"] == smallest or [again["budget"], again["reserve"]] == recipe[1:]
 
 
 def test_a_budget_the_search_found_infeasible_names_one_that_slices(model, tmp_path: Path) -> None:

@@ -24,7 +24,9 @@ beside the arena and, when it misses, again from nothing reserved (as a direct r
 attempts that missed are kept under the budget their plans named, whose slicings fit from there up: a
 probe at or above such a budget, and the search's answer, take one (sliced and prepared again) where
 it plans. Last, the slicing found may plan within less than the probe it fitted: its own smallest
-budget (prepare's smallest plan, measured running) is the answer when lower.
+budget (prepare's smallest plan, measured running) is the answer when lower. The answer is kept on
+disk (verified.py): a later fit that misses a budget at or above it takes its slicing before searching
+again, and a later search starts with it, so another process does not name a larger one.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from ..cli import UserError
 from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
 from ..prepare import RuntimeOptions, prepare_model
 from ..units import format_size
-from . import spatial
+from . import spatial, verified
 from .meter import LayerMeter
 from .slicer import SlicingResult, slice_model, write_sliced
 from .streaming import StreamModel
@@ -97,8 +99,18 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
         except planning.InfeasibleBudget as missed:
             log.info("no slicing fitted %s (%s): searching the smallest budget that fits", format_size(budget), missed)
             beside = missed.beside_arena
+        key = verified.search_key(param, modelbin, {name: shapes[name] for name in graph.inputs}, target, options, stream)
+        known = verified.recall(key)
+        if known is not None and known.need <= budget:
+            steps.prepare(f"{format_size(budget)}, the smallest budget's slicing")
+            result = _sliced_again(param, modelbin, graph, shapes, Missed(known.budget, known.reserve), budget, target,
+                                   options, scratch, stream, LayerMeter(options), tiler)
+            if result is not None:
+                log.info("%s fits with the slicing an earlier search verified at %s", format_size(budget),
+                         format_size(known.need))
+                return result
         found = smallest_budget(param, modelbin, graph, shapes, target, options, scratch, stream, tiler=tiler,
-                                beside=beside, named=named, steps=steps)
+                                beside=beside, named=named, steps=steps, key=key)
     if found.budget <= budget:
         log.info("the slicing for the smallest budget, %s, fits %s", format_size(found.budget), format_size(budget))
         return found.result
@@ -231,7 +243,8 @@ class SmallestBudget:
 def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], target: Target,
                     options: RuntimeOptions, scratch: Path, stream: StreamModel | None = None,
                     resolution: int = 64 * 1024, tiler: spatial.Tiler | None = None, beside: int = 0,
-                    named: dict[int, Missed] | None = None, steps: Steps | None = None) -> SmallestBudget:
+                    named: dict[int, Missed] | None = None, steps: Steps | None = None,
+                    key: dict[str, Any] | None = None) -> SmallestBudget:
     """The smallest budget the fit loop fits, to within `resolution` bytes (or 1%): bisection between
     the slicer's own lower bound, below which no slicing fits, and a budget confirmed to fit (the one
     an infeasible fit names, followed while a new slicing for it still misses). Every probe slices,
@@ -241,7 +254,8 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
     a probe that misses from there tries again from nothing reserved, as `slice --budget` starts.
     Attempts that missed (`named`: the caller's, then the probes') are kept under the budget their
     plans named: a probe at or above one first slices it again and tries it, and so does the answer.
-    `steps` shows each slicing prepared (none: nothing shown)."""
+    The answer an earlier search kept under `key` (verified.search_key; made here if None) is among
+    them, and the answer found is kept there. `steps` shows each slicing prepared (none: nothing shown)."""
     started = time.monotonic()
     steps = steps or Steps(False)
     probes: list[Probe] = []
@@ -250,22 +264,24 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
     # every attempt that missed, under the budget its prepared plan named: its slicing fits any budget
     # from there up, though the loop at such a budget may slice otherwise and miss (it is not monotone)
     named = {} if named is None else named
+    # the answer an earlier search verified (verified.py) is such a slicing too
+    key = key or verified.search_key(param, modelbin, {name: shapes[name] for name in graph.inputs}, target, options, stream)
+    known = verified.recall(key)
+    if known is not None:
+        named.setdefault(known.need, Missed(known.budget, known.reserve))
     meter = LayerMeter(options)
 
     def named_fitting(budget: int) -> SlicingResult | None:
         """The slicing of the attempt that named the least budget within `budget`, where it plans again."""
         for need in sorted(n for n in named if n <= budget):
             missed = named.pop(need)  # tried once: measured again, a slicing that needs more is no candidate
-            result = slice_model(param, modelbin, graph, shapes, missed.budget, target, missed.reserve, stream=stream,
-                                 measure=meter.cost, tiler=tiler)
-            try:
-                steps.prepare(f"{format_size(budget)}, probe {len(probes) + 1}")
-                _prepared(result, budget, graph, shapes, options, scratch, "named")
-            except planning.InfeasibleBudget:
-                continue
-            log.info("%s fits with the slicing an attempt at %s planned for %s", format_size(budget),
-                     format_size(missed.budget), format_size(need))
-            return result
+            steps.prepare(f"{format_size(budget)}, probe {len(probes) + 1}")
+            result = _sliced_again(param, modelbin, graph, shapes, missed, budget, target, options, scratch, stream, meter,
+                                   tiler)
+            if result is not None:
+                log.info("%s fits with the slicing an attempt at %s planned for %s", format_size(budget),
+                         format_size(missed.budget), format_size(need))
+                return result
         return None
 
     def fit(budget: int) -> SlicingResult:
@@ -328,7 +344,21 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
         log.info("the slicing found fits %s, its own smallest budget", format_size(own))
         probes.append(Probe(own, True))
         high = own
+    verified.keep(key, verified.Verified(high, best.budget, best.reserve))
     return SmallestBudget(high, best, tuple(probes), time.monotonic() - started)
+
+
+def _sliced_again(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], missed: Missed,
+                  budget: int, target: Target, options: RuntimeOptions, scratch: Path, stream: StreamModel | None,
+                  meter: LayerMeter, tiler: spatial.Tiler) -> SlicingResult | None:
+    """The slicing `missed` makes again, when it plans within `budget` (prepared here), else None."""
+    result = slice_model(param, modelbin, graph, shapes, missed.budget, target, missed.reserve, stream=stream,
+                         measure=meter.cost, tiler=tiler)
+    try:
+        _prepared(result, budget, graph, shapes, options, scratch, "again")
+    except planning.InfeasibleBudget:
+        return None
+    return result
 
 
 def _prepared(result: SlicingResult, budget: int | None, graph: Graph, shapes: dict[str, BlobShape], options: RuntimeOptions,
