@@ -9,7 +9,7 @@ from typing import Callable
 
 import pytest
 
-from model_helpers import ModelFiles, write_model, zoo_specs
+from model_helpers import BENCHMARK_DIR, ModelFiles, write_model, zoo_specs
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -24,6 +24,17 @@ def measurement_cache(tmp_path_factory):
         os.environ.pop(CACHE_ENV)
     else:
         os.environ[CACHE_ENV] = before
+
+
+@pytest.fixture(scope="session", autouse=True)
+def benchmark_dir_untouched():
+    """NCNN's benchmark structures are an input the suite reads in place (model_helpers.param_file): no
+    test writes beside them (prepare's default MODEL.transformed beside MODEL.param did)."""
+    def listing() -> dict[str, int]:
+        return {p.name: p.stat().st_mtime_ns for p in BENCHMARK_DIR.iterdir()} if BENCHMARK_DIR.is_dir() else {}
+    before = listing()
+    yield
+    assert listing() == before, f"tests wrote into {BENCHMARK_DIR}: {sorted(set(listing()) ^ set(before))}"
 
 
 @pytest.fixture(scope="session")
