@@ -55,6 +55,25 @@ GROUPED = "grouped"  # a grouped convolution run as NCNN runs it, every group in
 WIDEST_PACK = 16  # channels in the widest SIMD pack NCNN lays activations out in (fp32 on AVX-512)
 
 
+def channel_pack(channels: int, simd_width: int) -> int:
+    """A multiple of the pack NCNN gives a blob of `channels` on a target of `simd_width`: the largest
+    power of two up to the width that divides them (NCNN packs by such a power of two, or not at all)."""
+    pack = 1
+    while 2 * pack <= simd_width and channels % (2 * pack) == 0:
+        pack *= 2
+    return pack
+
+
+def crop_range(start: int, end: int, channels: int, simd_width: int) -> tuple[int, int]:
+    """The channels a Crop of [start, end) of a blob of `channels` reads as packed: NCNN crops a packed
+    blob as it is only from an offset and to a count that are multiples of its pack, and unpacks the
+    whole blob for any other range. So such a range is cropped from the smallest pack-aligned range
+    around it first (rewrite.channel_crop), whose copy alone is then unpacked; (start, end) itself when
+    it is aligned, (0, channels) when only the whole blob is."""
+    pack = channel_pack(channels, simd_width)
+    return start // pack * pack, min(channels, -(-end // pack) * pack)
+
+
 def _mat_bytes(c: int, plane: int, elemsize: int = 4) -> int:
     return c * ((plane * elemsize + 15) // 16 * 16)
 
@@ -330,10 +349,18 @@ class GroupedConvModel:
         return self.ungrouped(self.group.cost(kernel, width, tiles))
 
     def ungrouped(self, group_cost: Cost) -> Cost:
-        """What one group's Convolution run apart holds (`group_cost`), with its Crop's copy and every
-        group's output, alive until the Concat. The Crop copies the group's channels when they start on
-        a SIMD pack of the input (16 channels covers every target's), else NCNN unpacks the whole input first."""
-        crop = self.in_bytes // self.groups if self.group.cin % WIDEST_PACK == 0 else self.in_bytes
+        """What one group's Convolution run apart holds (`group_cost`), with its Crops' copies and every
+        group's output, alive until the Concat: the most any group's channels cost to crop (crop_range,
+        on the widest pack, which covers every target's): the group's own copy, and where its channels
+        are off the pack the aligned range around them and its unpacked copy (the whole input's,
+        when that range is the whole input)."""
+        cin, channels = self.group.cin, self.group.cin * self.groups
+        held = 0  # channels
+        for start in range(0, channels, cin):
+            low, high = crop_range(start, start + cin, channels, WIDEST_PACK)
+            held = max(held, cin + (0 if (low, high) == (start, start + cin) else
+                                    channels if high - low == channels else 2 * (high - low)))
+        crop = self.in_bytes * held // channels
         return Cost(group_cost.weights, group_cost.intermediates + crop + self.out_bytes)
 
     def worth_apart_when_streamed(self) -> bool:

@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flexnn_ncnn.analysis import Cost, analyze
+from flexnn_ncnn.analysis import GROUPED, Cost, analyze
 from flexnn_ncnn.cli import UserError
 from flexnn_ncnn.ncnn_model import BlobShape, Graph, NcnnParam, infer_shapes
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.prepare import RuntimeOptions
 from flexnn_ncnn.slicing import Target, slice_model
 from flexnn_ncnn.slicing.meter import LayerMeter
-from flexnn_ncnn.slicing.policy import decide
+from flexnn_ncnn.slicing.policy import decide, least_measured
 
 HOST16 = Target("host", 16)
 
@@ -114,6 +114,33 @@ def test_a_1x1_conv_whose_packed_input_only_tiles_cut_is_tiled() -> None:
     assert d.after == meter.cost(c, "im2col_gemm", 116, d.tiles) and d.after.total <= limit
 
 
+# RegNet's grouped 3x3 (groups of 8 of 48 channels): NCNN's grouped layer unpacks its whole input
+GROUPED_NET = """7767517
+2 2
+Input            in     0 1 data 0=56 1=56 2=48
+ConvolutionDepthWise g  1 1 data out 0=48 1=3 3=2 4=1 5=1 6=3456 7=6 9=1
+"""
+
+
+def test_where_nothing_measures_within_the_limit_the_least_measured_cut_is_taken() -> None:
+    """The estimate of NCNN's grouped layer misses its unpacked input: at a limit its estimate fits, it
+    holds 4x that measured. No option measures within it, and the slicer takes the cut measured least
+    (the groups apart, tiled), not the estimate's choice, so tightening a limit never picks more."""
+    param = NcnnParam.parse(GROUPED_NET)
+    graph = Graph.build(param)
+    g = analyze(graph, infer_shapes(param, graph, {"data": BlobShape(3, 56, 56, 1, 48)}))[1]
+    meter = LayerMeter(RuntimeOptions(threads=2))
+    estimated = g.model.cost(GROUPED, g.model.rows)
+    limit = estimated.total
+    assert decide(g, limit, HOST16).kernel == GROUPED
+    assert meter.cost(g, GROUPED, g.model.rows, 1).total > 3 * limit
+    assert decide(g, limit, HOST16, meter.cost) is None
+    least = least_measured(g, limit, HOST16, meter.cost)
+    assert least.kernel != GROUPED and least.tiles > 1 and "nothing measures within the limit" in least.reason
+    finest = [meter.cost(g, least.kernel, width, tiles) for width, tiles in ((8, 1), (8, least.tiles))]
+    assert least.after == finest[1] and least.after.total < finest[0].total
+
+
 # an FC head a quarter million inputs wide: one 8-row slice is 8 MB of fp32 weights
 WIDE_FC = """7767517
 3 3
@@ -205,7 +232,7 @@ def test_a_gemm_cut_into_tiles_of_tokens_packs_one_tile_of_its_input_at_a_time(t
     assert tiled.weights == whole.weights
     modelbin = random_modelbin(param, seed=3)
     sliced, sliced_bin, _ = apply(param, modelbin, graph, {"fc": LayerDecision("fc", "Gemm", "gemm", "gemm", 64, 64, tiles, 0,
-                                                                        whole, tiled, "test")}, shapes)
+                                                                        whole, tiled, "test")}, shapes, HOST16.simd_width)
     assert sliced.layer("fc").params.get_int(GEMM_TILE_M_ID, 0) == 16
     for name, files in (("a", (param, modelbin)), ("b", (sliced, sliced_bin))):
         (tmp_path / f"{name}.param").write_text(files[0].format())

@@ -217,7 +217,7 @@ def test_untransposed_gemm_and_2d_innerproduct_slices_match_stock_ncnn(storage, 
     zero = Cost(0, 0)
     decisions = {"gemm": LayerDecision("gemm", "Gemm", "gemm", "gemm", 48, 16, 1, 0, zero, zero, "test"),
                  "ip": LayerDecision("ip", "InnerProduct", "gemm", "gemm", 40, 16, 1, 0, zero, zero, "test")}
-    sliced, sliced_bin, done = apply(param, modelbin, graph, decisions, shapes)
+    sliced, sliced_bin, done = apply(param, modelbin, graph, decisions, shapes, HOST16.simd_width)
     assert [len(done[n].sublayers) for n in ("gemm", "ip")] == [3, 3]
     for name, files in (("a", (param, modelbin)), ("b", (sliced, sliced_bin))):
         (tmp_path / f"{name}.param").write_text(files[0].format())

@@ -48,7 +48,7 @@ def test_heads_sliced_apart_add_up_to_the_whole_attention(storage, tmp_path):
     zero = Cost(0, 0)
     decisions = {"mha": LayerDecision("mha", "MultiHeadAttention", "attention", "attention", 4, 3, 1, 0, zero, zero, "test"),
                  "self": LayerDecision("self", "MultiHeadAttention", "attention", "attention", 6, 2, 1, 0, zero, zero, "test")}
-    sliced, sliced_bin, done = apply(param, modelbin, graph, decisions, shapes)
+    sliced, sliced_bin, done = apply(param, modelbin, graph, decisions, shapes, 16)
     assert [len(done[n].sublayers) for n in ("mha", "self")] == [2, 3]
     assert [sliced.layer(s).params.get_int(1, 0) for s in done["mha"].sublayers] == [3, 1]  # heads per slice
     feeds = scaled_inputs("x", (12, 48), 3)
@@ -89,7 +89,7 @@ def test_a_residual_add_starts_the_heads_running_sum(tmp_path):
     zero = Cost(0, 0)
     decisions = {"mha": LayerDecision("mha", "MultiHeadAttention", "attention", "attention", 8, 2, 1, 0, zero, zero, "test")}
     modelbin = random_modelbin(param, seed=5)
-    sliced, sliced_bin, done = apply(param, modelbin, graph, decisions, shapes)
+    sliced, sliced_bin, done = apply(param, modelbin, graph, decisions, shapes, 16)
     sliced_graph = Graph.build(sliced)
     names = [layer.name for layer in sliced_graph.order]
     assert "add" not in names and sliced_graph.producer["r"] == names.index("mha.flexnn_add3")
@@ -122,7 +122,7 @@ def test_two_attentions_summed_by_one_add_fold_into_one_sum(tmp_path):
     decisions = {n: LayerDecision(n, "MultiHeadAttention", "attention", "attention", 4, 2, 1, 0, zero, zero, "test")
                  for n in ("a1", "a2")}
     modelbin = random_modelbin(param, seed=6)
-    sliced, sliced_bin, _ = apply(param, modelbin, graph, decisions, shapes)
+    sliced, sliced_bin, _ = apply(param, modelbin, graph, decisions, shapes, 16)
     # each blob written once, after what it reads: a2's sum starts from a1's output (written before it
     # in the file), a1's stays its own
     sliced_graph = Graph.build(sliced)

@@ -12,11 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flexnn_ncnn.analysis import GROUPED, FixedModel, GroupedConvModel, analyze
+from flexnn_ncnn.analysis import GROUPED, Cost, FixedModel, GroupedConvModel, analyze
 from flexnn_ncnn.cli import UserError
 from flexnn_ncnn.ncnn_model import Graph, NcnnParam, read_param
 from flexnn_ncnn.ncnn_model.stock import run_stock
+from flexnn_ncnn.prepare import prepare_model
 from flexnn_ncnn.slicing import Target, slice_model, spatial
+from flexnn_ncnn.slicing.policy import LayerDecision
+from flexnn_ncnn.slicing.rewrite import apply
 from flexnn_ncnn.slicing.streaming import StreamModel
 from helpers import assert_counted_within_budget
 from model_helpers import random_input, relative_error, written_text_model
@@ -37,6 +40,7 @@ Convolution out 1 1 dw y 0=8 1=1 5=1 6=512
 InnerProduct fc 1 1 y z 0=4096 1=1 2=4718592
 """
 SHAPE = (1, 256, 12, 12)
+SHAPE_REGNET = (1, 48, 40, 40)
 TARGET = Target("host", 16)
 TOLERANCE = 1e-4
 
@@ -139,3 +143,37 @@ def test_a_budget_below_what_the_grouped_layer_holds_slices_and_the_runtime_equa
         assert_close(got["z"], ref["z"])
         assert_counted_within_budget(session.stats())
 
+
+
+# RegNet's grouped 3x3: groups of 8 of 48 channels, which NCNN packs by 16 on AVX-512 (by 8 or 4 elsewhere)
+REGNET_BLOCK = """7767517
+2 2
+Input x 0 1 x 0=40 1=40 2=48
+ConvolutionDepthWise g 1 1 x y 0=48 1=3 3=2 4=1 5=1 6=3456 7=6 9=1
+"""
+
+
+def test_a_group_off_the_input_s_pack_is_cropped_through_the_aligned_channels_around_it(tmp_path: Path) -> None:
+    """NCNN's Crop of channels off the input's pack unpacks the whole input first: each group of 8 is
+    cropped from the 16 channels around it, so no step holds an unpacked copy of the whole input (the
+    profile prepare records, on a host packing by 16 or less), and stock NCNN runs the result to the
+    original's output."""
+    param, modelbin, graph, shapes = written_text_model(REGNET_BLOCK, SHAPE_REGNET, 5, tmp_path)
+    apart = LayerDecision("g", "ConvolutionDepthWise", "im2col_gemm", GROUPED, 8, 8, 1, 0, Cost(0, 0), Cost(0, 0), "test")
+    sliced, sliced_bin, _ = apply(param, modelbin, graph, {"g": apart}, shapes, TARGET.simd_width)
+    crops = [layer for layer in sliced if layer.type == "Crop"]
+    assert len(crops) == 12 and sum(layer.name.endswith("_aligned") for layer in crops) == 6
+    (tmp_path / "s.param").write_text(sliced.format())
+    with open(tmp_path / "s.bin", "wb") as f:
+        sliced_bin.write(f)
+    content = prepare_model(tmp_path / "s.param", tmp_path / "s.bin", None, {"x": SHAPE_REGNET[1:]})
+    names = [layer.name for layer in sliced]  # schedule.order indexes the param's layers
+    crop_steps = {step for step, index in enumerate(content.schedule.order, 1) if names[index].startswith("g.flexnn_group_crop")}
+    whole_input = shapes["x"].nbytes
+    for step in crop_steps:
+        held = sum(t.size for t in content.profile.tensors if t.role == "intermediate" and t.layer == step)
+        assert held < whole_input // 2, (names[content.schedule.order[step - 1]], held, whole_input)
+    x = random_input(SHAPE_REGNET)
+    ref = run_stock(tmp_path / "a.param", tmp_path / "a.bin", {"x": x}, ["y"])
+    got = run_stock(tmp_path / "s.param", tmp_path / "s.bin", {"x": x}, ["y"])
+    assert relative_error(ref["y"], got["y"]) <= TOLERANCE

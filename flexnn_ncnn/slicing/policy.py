@@ -168,6 +168,20 @@ def decide(a: LayerAnalysis, limit: int, target: Target, measure: Measure | None
     return None
 
 
+def least_measured(a: LayerAnalysis, limit: int, target: Target, measure: Measure) -> LayerDecision:
+    """Where no option measures within `limit`: of each kernel's finest cut, the one measured least (its
+    smallest working set). Not the estimate's choice: an estimate that misses what NCNN holds (a grouped
+    layer's unpacked input) would pick a cut holding more as the limit tightens, and the fit loop
+    (fit.py) would then tighten without getting closer."""
+    m = a.model
+    before = measure(a, m.kernels[0], m.rows, 1)
+    costs = {option: measure(a, *option) for option in _finest(a, target)}
+    kernel, width, tiles = min(costs, key=lambda option: (costs[option].total, option))
+    return LayerDecision(a.layer.name, a.layer.type, kernel, m.kernels[0], m.rows, width, tiles, limit, before,
+                         costs[kernel, width, tiles],
+                         f"nothing measures within the limit; the least measured: {kernel} {_cuts(width < m.rows, tiles > 1)}")
+
+
 def decide_streamed(a: LayerAnalysis, d: LayerDecision, target: Target, stream: StreamModel, share: float,
                     measure: Measure | None = None) -> LayerDecision:
     """`d` for a layer whose weights are streamed (`share` of the model's, > 0): a grouped convolution's

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..analysis import GROUPED, group_convolution
+from ..analysis import GROUPED, crop_range, group_convolution
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, WeightRecord, WeightSpec
 from ..ncnn_model.graph import Residual
 from ..ncnn_model.param import SHAPE_HINT_ID, ParamDict
@@ -119,9 +119,10 @@ def with_kernel(layer: Layer, kernel: str, tiles: int, in_shape: BlobShape | Non
 
 
 def apply(param: NcnnParam, modelbin: ModelBin, graph: Graph, decisions: dict[str, LayerDecision],
-          shapes: dict[str, BlobShape]) -> tuple[NcnnParam, ModelBin, dict[str, LayerDecision]]:
+          shapes: dict[str, BlobShape], simd_width: int) -> tuple[NcnnParam, ModelBin, dict[str, LayerDecision]]:
     """The sliced model and its weights; `param` and `modelbin` are not modified. An attention sliced
-    by heads whose output is a residual add's folds it into its running sum (add_partial)."""
+    by heads whose output is a residual add's folds it into its running sum (add_partial). `simd_width`
+    is the target's (Target.simd_width): the widest pack NCNN gives a blob's channels there."""
     by_heads = [layer for layer in graph.order if layer.type == "MultiHeadAttention"
                 and layer.name in decisions and decisions[layer.name].slices > 1]
     residuals = graph.residuals([layer.tops[0] for layer in by_heads], shapes)
@@ -136,7 +137,7 @@ def apply(param: NcnnParam, modelbin: ModelBin, graph: Graph, decisions: dict[st
         d = decisions.get(layer.name)
         lw = modelbin.get(layer.name)
         if d is not None and layer.type == "ConvolutionDepthWise" and d.kernel != GROUPED:
-            names = _emit_groups(layer, lw, d, shapes, layers, weights)
+            names = _emit_groups(layer, lw, d, shapes, simd_width, layers, weights)
         elif d is not None and layer.type == "MultiHeadAttention" and d.slices > 1:
             names = _emit_heads(layer, lw, d, layers, weights, folded[layer.name])
         elif d is not None:
@@ -274,24 +275,38 @@ def _emit_heads(layer: Layer, lw: LayerWeights | None, d: LayerDecision, layers:
     return tuple(names)
 
 
+def channel_crop(name: str, bottom: str, top: str, start: int, end: int, channels: int, simd_width: int) -> list[Layer]:
+    """Crops of channels [start, end) of `bottom` (c,h,w of `channels` channels) into `top`: through the
+    pack-aligned range around them (crop_range) when that is neither the range itself nor the whole
+    blob, so that NCNN unpacks only that range's copy, never the whole blob."""
+    low, high = crop_range(start, end, channels, simd_width)
+    if (low, high) == (start, end) or high - low == channels:
+        return [numpy_crop(name, bottom, top, [start], [end], [0])]
+    aligned = f"{name}.aligned"
+    return [numpy_crop(f"{name}_aligned", bottom, aligned, [low], [high], [0]),
+            numpy_crop(name, aligned, top, [start - low], [end - low], [0])]
+
+
 def _emit_groups(layer: Layer, lw: LayerWeights | None, d: LayerDecision, shapes: dict[str, BlobShape],
-                 layers: list[Layer], weights: list[LayerWeights]) -> tuple[str, ...]:
+                 simd_width: int, layers: list[Layer], weights: list[LayerWeights]) -> tuple[str, ...]:
     """Append a grouped ConvolutionDepthWise as one Convolution per group, each as decided: Split → per
-    group a Crop of its input channels → Convolution → Concat of the groups' outputs."""
+    group a Crop of its input channels (channel_crop) → Convolution → Concat of the groups' outputs."""
     groups = layer.params.get_int(7, 1)
     assert lw is not None and len(layer.bottoms) == 1 and len(layer.tops) == 1 and groups > 1 and d.kernel in KERNEL_CODES
     group = group_convolution(layer)
-    cin = shapes[layer.bottoms[0]].c // groups
+    channels = shapes[layer.bottoms[0]].c
+    cin = channels // groups
     ins = [f"{layer.name}.flexnn_group_in{i}" for i in range(groups)]
     outs = [f"{layer.name}.flexnn_group_out{i}" for i in range(groups)]
     layers.append(Layer("Split", f"{layer.name}.flexnn_group_split", [layer.bottoms[0]], ins))
     names: list[str] = []
     for i in range(groups):
-        channels = f"{layer.name}.flexnn_group_channels{i}"  # the group's channels (axis 0 of c,h,w)
-        layers.append(numpy_crop(f"{layer.name}.flexnn_group_crop{i}", ins[i], channels, [i * cin], [(i + 1) * cin], [0]))
+        cropped = f"{layer.name}.flexnn_group_channels{i}"  # the group's channels (axis 0 of c,h,w)
+        layers += channel_crop(f"{layer.name}.flexnn_group_crop{i}", ins[i], cropped, i * cin, (i + 1) * cin, channels,
+                               simd_width)
         # the group's rows of every per-output record ([groups][outputs/groups][...]): weights and bias
         records = [slice_rows(r, groups, i, i + 1) for r in lw.records]
-        conv = replace(group, name=f"{layer.name}.flexnn_group{i}", bottoms=[channels], tops=[outs[i]])
+        conv = replace(group, name=f"{layer.name}.flexnn_group{i}", bottoms=[cropped], tops=[outs[i]])
         names += _emit(conv, LayerWeights(conv.name, 0, records), d, shapes, layers, weights)
     layers.append(_concat(f"{layer.name}.flexnn_group_concat", outs, layer.tops[0], 0, layer))
     return tuple(names)

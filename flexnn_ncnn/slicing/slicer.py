@@ -18,7 +18,7 @@ from ..units import format_size
 from . import spatial
 from .columns import ColumnSplit
 from .hidden import HiddenSplit
-from .policy import LayerDecision, Measure, decide, decide_streamed, smallest_working_set
+from .policy import LayerDecision, Measure, decide, decide_streamed, least_measured, smallest_working_set
 from .rewrite import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, apply
 from .streaming import StreamModel, streamed_share
 from .target import Target
@@ -113,14 +113,17 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
     for a in tqdm(analyses, desc="slicing", unit="layer", disable=None if progress else True):
         limit = budget - a.live_bytes - reserve
         measured = measure is not None and not isinstance(a.model, FixedModel)  # a fixed layer has one choice
-        d = decide(a, limit, target, measure) if measured else None
-        d = d or decide(a, limit, target)
+        if measured:
+            assert measure is not None
+            d = decide(a, limit, target, measure) or least_measured(a, limit, target, measure)
+        else:
+            d = decide(a, limit, target)
         assert d is not None, "every layer fits once the budget covers its smallest working set"
         if stream is not None:
             d = decide_streamed(a, d, target, stream, share, measure if measured else None)
         if not isinstance(a.model, FixedModel):
             decisions[a.layer.name] = d
-    sliced_param, sliced_bin, done = apply(param, modelbin, graph, decisions, shapes)
+    sliced_param, sliced_bin, done = apply(param, modelbin, graph, decisions, shapes, target.simd_width)
     ordered = [done[a.layer.name] for a in analyses if a.layer.name in done]
     log.info("%d of %d layers sliced or re-kerneled", sum(d.changed for d in ordered), len(ordered))
     inputs = {b: shapes[b] for b in graph.inputs if b in shapes}
