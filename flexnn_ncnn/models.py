@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 BENCH_PREFIX = "bench:"
 CONFIDENCE_THRESHOLD_ID = 4  # DetectionOutput's
 STRUCT_PREFIX = "struct:"
+FILES_PREFIX = "files:"  # a user's MODEL.param and MODEL.bin, described in place (describe_files)
 # the shared material beside a checkout (DESIGN.md §5); users point --benchmark-dir elsewhere
 DEFAULT_BENCHMARK_DIR = Path(__file__).resolve().parents[2] / "shared" / "models" / "ncnn-benchmark"
 GPT2_SEQ_LEN = 128
@@ -236,6 +237,28 @@ def generate(name: str, outdir: Path, seed: int = 0, fp16: bool = False, tiny: b
                    "storage": "fp16" if fp16 else "fp32", "seed": seed, "tiny": tiny, **info,
                    "bin_bytes": (outdir / f"{stem}.bin").stat().st_size}
     json_path = outdir / f"{stem}.json"
+    atomic_write(json_path, lambda f: f.write((json.dumps(description, indent=2) + "\n").encode()))
+    return json_path
+
+
+def describe_files(param_path: Path, outdir: Path, input_shapes: Sequence[str] = ()) -> Path:
+    """Write outdir/files-STEM.json describing a user's own MODEL.param and the MODEL.bin beside it where
+    they are (their own weights, which are never copied or changed); returns the .json path.
+    `input_shapes` (`[NAME=]SHAPE`) give inputs the model declares no shape for, or override them."""
+    bin_path = param_path.with_suffix(".bin")
+    for path in (param_path, bin_path):
+        if not path.is_file():
+            raise UserError(f"{param_path}: no {path.name} beside it" if path == bin_path else f"{path}: no such file")
+    param = read_param(param_path)
+    graph = Graph.build(param)
+    inputs = parse_input_shapes(input_shapes, param, graph, "--input-shape")
+    name = FILES_PREFIX + param_path.stem
+    description = {"name": name, "param": str(param_path.resolve()), "bin": str(bin_path.resolve()), "storage": "own",
+                   "source": f"files {param_path}", "description": f"{param_path.name} and its own weights",
+                   **_io_description(graph, {b: s.numpy() for b, s in inputs.items()}, str(param_path)),
+                   "bin_bytes": bin_path.stat().st_size}
+    outdir.mkdir(parents=True, exist_ok=True)
+    json_path = outdir / f"{file_stem(name)}.json"
     atomic_write(json_path, lambda f: f.write((json.dumps(description, indent=2) + "\n").encode()))
     return json_path
 

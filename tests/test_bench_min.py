@@ -96,3 +96,27 @@ def test_a_runtime_child_at_min_must_report_the_budget_it_found(tiny_model, tmp_
                       "--rounds", "1", "-o", str(tmp_path / "out"), "--results-md", str(tmp_path / "RESULTS.md"))
     assert proc.returncode == 1
     assert "flexnn@min (round 0): reported no budget" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_a_model_of_the_user_s_own_is_benched_by_its_param_path_with_its_own_weights(tiny_model, tmp_path):
+    """`--model MODEL.param`: the MODEL.bin beside it, read in place (its folder is left as it was), its
+    outputs checked against stock NCNN like any model's."""
+    description = json.loads(tiny_model.read_text())
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for suffix in ("param", "bin"):
+        (mine / f"net.{suffix}").write_bytes(tiny_model.with_name(description[suffix]).read_bytes())
+    before = {p.name: p.stat().st_mtime_ns for p in mine.iterdir()}
+    shape = ",".join(map(str, [1, *description["inputs"][0]["shape"]]))  # a pnnx export's Input declares none
+    proc = run_module("bench", "--model", str(mine / "net.param"), "--input-shape", shape, "--budgets", "min", "--modes", "flexnn", "--baselines",
+                      "ncnn-default", "--warmup", "0", "--loops", "1", "--rounds", "1", "-o", str(tmp_path / "out"),
+                      "--models-dir", str(tmp_path / "models"), "--results-md", str(tmp_path / "RESULTS.md"))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "out" / "files-net.results.json").read_text())
+    assert data["model"]["bin"] == str((mine / "net.bin").resolve())
+    found = {s["config"]: s for s in data["summaries"]}["flexnn@min"]
+    assert found["ok"] and found["max_rel_error"] <= 1e-4, found["errors"]
+    assert {p.name: p.stat().st_mtime_ns for p in mine.iterdir()} == before
+    (mine / "net.bin").unlink()
+    assert_user_error(run_module("bench", "--model", str(mine / "net.param"), "--input-shape", shape, "-o", str(tmp_path / "out")),
+                      "no net.bin beside it")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..cli import UserError, add_logging_args, run_main, setup_logging
-from ..models import DEFAULT_BENCHMARK_DIR, file_stem, generate, has_input_shapes, read_description
+from ..models import DEFAULT_BENCHMARK_DIR, describe_files, file_stem, generate, has_input_shapes, read_description
 from ..units import format_size
 from . import configs, harness, report
 
@@ -36,11 +36,14 @@ log = logging.getLogger(__name__)
 
 def model_description(name: str, models_dir: Path, seed: int, tiny: bool, benchmark_dir: Path,
                       input_shapes: Sequence[str] = ()) -> dict[str, Any]:
-    """A model's description: NAME.json if NAME is one, else the cached export in `models_dir`
-    (re-generated when its seed, size or `input_shapes` differ). Weights are always fp32 here: --fp16
-    is NCNN's arithmetic."""
+    """A model's description: NAME.json if NAME is one, a MODEL.param's (and its MODEL.bin's: the model's
+    own weights) written into `models_dir` if NAME is that, else the cached export in `models_dir`
+    (re-generated when its seed, size or `input_shapes` differ). Generated weights are always fp32
+    here: --fp16 is NCNN's arithmetic."""
     if name.endswith(".json"):
         return read_description(Path(name))
+    if name.endswith(".param"):
+        return read_description(describe_files(Path(name), models_dir, input_shapes))
     json_path = models_dir / f"{file_stem(name)}.json"
     if json_path.exists():
         cached = read_description(json_path)
@@ -100,7 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexnn_ncnn.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True,
-                        help="comma-separated zoo names, struct:NAME, bench:NAME, or model .json paths (python -m flexnn_ncnn.models --list)")
+                        help="comma-separated zoo names, struct:NAME, bench:NAME (python -m flexnn_ncnn.models --list), model .json "
+                             "paths, or MODEL.param paths: a model of yours, run with the MODEL.bin beside it "
+                             "(--input-shape where its Input declares none)")
     parser.add_argument("--budgets", type=configs.parse_budgets, default=configs.Budgets([]),
                         help=f"comma-separated budgets for {', '.join(configs.BUDGETED)}, e.g. 35MB,50MB,100MB; "
                              f"`{configs.MIN}` ({', '.join(configs.SEARCHED)}): the smallest budget its slicing fits, "
@@ -129,8 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--models-dir", type=Path, default=Path("bench-results/models"), help="model cache (default bench-results/models)")
     parser.add_argument("--benchmark-dir", type=Path, default=DEFAULT_BENCHMARK_DIR, help="NCNN benchmark .param files for bench:NAME")
     parser.add_argument("--input-shape", action="append", default=[], metavar="[NAME=]SHAPE",
-                        help="the bench:NAME structures' input shape, torch NCHW with a batch of 1 (e.g. 1,3,384,384 for "
-                             "vision_transformer, whose Input declares none), as `python -m flexnn_ncnn.models --input-shape`")
+                        help="the input shape of bench:NAME structures and MODEL.param models, torch NCHW with a batch of 1 "
+                             "(e.g. 1,3,384,384 for vision_transformer, whose Input declares none), as "
+                             "`python -m flexnn_ncnn.models --input-shape`")
     parser.add_argument("-o", "--output", type=Path, default=Path("bench-results"), help="report folder (default bench-results)")
     parser.add_argument("--results-md", type=Path, default=Path("docs/RESULTS.md"), help="regenerated summary (default docs/RESULTS.md)")
     parser.add_argument("--ingest", type=Path, default=None, metavar="DIR",
