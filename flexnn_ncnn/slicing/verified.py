@@ -56,8 +56,11 @@ def search_key(param: NcnnParam, modelbin: ModelBin, inputs: dict[str, BlobShape
 
 
 def recall(key: dict[str, Any]) -> Verified | None:
+    """The answer kept under `key`; None when there is none, or it is not three integers (searched again)."""
     value = measured.stored(KIND, key)
-    return None if value is None else Verified(*value)
+    if not isinstance(value, list) or len(value) != 3 or not all(isinstance(v, int) for v in value):
+        return None
+    return Verified(*value)
 
 
 def keep(key: dict[str, Any], answer: Verified) -> None:
