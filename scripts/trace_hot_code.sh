@@ -17,16 +17,18 @@ STRUCTURES="mobilenet_ssd squeezenet_int8 yolo-fastestv2 shufflenet_v2 efficient
 # name and budget: each structure at 16 MB (or its smallest budget where 16 MB does not fit) and at its
 # smallest (spatial tiles: Crop, Concat, Padding), ResNet-152 at its smallest (a spatially tiled stem),
 # VGG-19 at 16 MB (tiled too), the project's YOLO and UNet structures (detection heads, Interp,
-# Deconvolution), and the transformers near their smallest budgets (Gemm, attention, LayerNorm)
+# Deconvolution), and the transformers near and at their smallest budgets (Gemm, attention, LayerNorm,
+# split MLPs); a third field is the models' --input-shape where the structure declares none
 PLANS="$(for s in $STRUCTURES; do printf 'bench:%s 16MB\nbench:%s min\n' "$s" "$s"; done
          printf 'mobilenetv2 16MB\nsqueezenet 16MB\nresnet152 min\nvgg19 16MB\nstruct:yolov3_tiny 16MB\nstruct:unet 16MB\n'
-         printf 'gpt2 10MB\nvit_b16 45MB\n')"
+         printf 'gpt2 10MB\ngpt2 min\nvit_b16 45MB\nbench:vision_transformer min 1,3,384,384\n')"
 
 "$PYTHON" -m flexnn_ncnn.build --target host --code-trace
 mkdir -p "$WORK/models"
-while read -r name budget; do
+while read -r name budget model_shape; do
     stem=${name/:/-}
-    [ -f "$WORK/models/$stem.json" ] || "$PYTHON" -m flexnn_ncnn.models "$name" -o "$WORK/models"
+    [ -f "$WORK/models/$stem.json" ] || "$PYTHON" -m flexnn_ncnn.models "$name" -o "$WORK/models" \
+        ${model_shape:+--input-shape "$model_shape"}
     [ -f "$WORK/$stem-$budget/$stem.flexnn.plan.json" ] && continue
     shape=$("$PYTHON" -c 'import json, sys; print(",".join(map(str, [1, *json.load(open(sys.argv[1]))["inputs"][0]["shape"]])))' \
             "$WORK/models/$stem.json")
