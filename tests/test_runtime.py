@@ -22,7 +22,7 @@ from model_helpers import STRUCT_PREFIX, corpus, present
 from flexnn_ncnn import Session, planning, sidecar
 from flexnn_ncnn.cli import UserError
 from flexnn_ncnn.planning import ARENA_MARGIN
-from flexnn_ncnn.prepare import prepare_model, write_plan_file
+from flexnn_ncnn.prepare import prepare_model, transformed_path_for, write_plan_file
 import helpers
 from helpers import assert_counted_within_budget, run_module, stock_output
 
@@ -219,8 +219,9 @@ def assert_equal_stock_from_generous_to_tightest(param: Path, bin_: Path, shape:
     graph = Graph.build(read_param(param))
     xs = [np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * (1 + seed) for seed in (0, 1)]
     refs = [run_stock(param, bin_, {graph.inputs[0]: x}, graph.outputs, fp32=False) for x in xs]
-    content = prepare_model(param, bin_, 1 << 34, {graph.inputs[0]: shape})
     path = tmp_path / f"{param.stem}.flexnn.plan.json"
+    # its transformed weights beside the plan: a benchmark structure's .param is NCNN's own file, in a folder not ours
+    content = prepare_model(param, bin_, 1 << 34, {graph.inputs[0]: shape}, transformed=transformed_path_for(path))
     write_plan_file(content, path)
     session = Session(path, canaries=True)
     for label, budget in budgets_for(content).items():
