@@ -240,6 +240,21 @@ class Rows(Sequence[Any]):
         return f"Rows({len(self)})"
 
 
+class HeldRows(Rows):
+    """Rows whose table another owner holds (a Session's native runtime, its current plan): read from it
+    each time it is asked for, a fresh copy, so this process keeps no second copy between uses."""
+
+    __slots__ = ("_read",)
+
+    def __init__(self, read: Callable[[], np.ndarray], make: Callable[..., Any]):
+        self._read = read
+        self._make = make
+
+    @property  # type: ignore[override]
+    def table(self) -> np.ndarray:
+        return self._read()
+
+
 def _placement(offset: int, load_after: int, pinned: int) -> Placement:
     return Placement(offset, load_after, bool(pinned))
 
@@ -356,6 +371,17 @@ class Plan:
             "offsets": table[:, 0], "load_after": table[:, 1], "pinned": table[:, 2].astype(bool),
             "dependencies": _dependency_table(self.dependencies),
         }
+
+    def held(self, columns: Callable[[], Mapping[str, Any]]) -> "Plan":
+        """This plan with its tables read from `columns` (an owner's `columns()` form of it, e.g. a
+        Session's runtime once the plan is set there) each time they are asked for (HeldRows)."""
+        return replace(self, tensors=HeldRows(lambda: Plan.from_columns(columns()).tensors.table, _placement),
+                       dependencies=HeldRows(lambda: pair_rows(columns()["dependencies"]).table, _pair))
+
+    def owned(self) -> "Plan":
+        """This plan holding its own tables (a copy of a held plan's)."""
+        return replace(self, tensors=Rows(_placement_table(self.tensors), _placement),
+                       dependencies=Rows(_dependency_table(self.dependencies), _pair))
 
     @staticmethod
     def from_columns(c: Mapping[str, Any]) -> "Plan":

@@ -123,10 +123,20 @@ class Session:
         self.set_budget(content.plan.budget if budget is None else budget)
 
     def _set_plan(self, plan: planning.Plan) -> None:
+        """Set `plan` in the runtime. The sidecar's own plan, once set, is held by the runtime alone
+        (Plan.held: read back when asked for, this process keeps no second copy of its tables), and
+        given its own tables again before another replaces it there."""
+        stored = self.sidecar.plan
+        leaving = stored.owned() if stored is getattr(self, "plan", None) and stored is not plan else None
         try:
             self._executor.set_plan(plan.columns())
         except (RuntimeError, TypeError) as e:  # the runtime's checker refused it (a plan of a damaged sidecar)
             raise UserError(f"{self.path}: {str(e).splitlines()[0]}") from None
+        if leaving is not None:
+            self.sidecar = replace(self.sidecar, plan=leaving)
+        elif plan is stored:
+            plan = stored.held(self._executor.plan)
+            self.sidecar = replace(self.sidecar, plan=plan)
         self.plan = plan
 
     def set_budget(self, budget: int) -> None:

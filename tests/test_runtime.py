@@ -177,6 +177,29 @@ def test_a_sidecar_replanned_offline_runs_elsewhere_and_switches_by_lookup(tmp_p
         assert_counted_within_budget(session.stats())
 
 
+def test_the_sidecar_s_plan_is_held_by_the_runtime_alone_while_it_runs(tmp_path: Path) -> None:
+    """Once set, the sidecar's plan's tables live in the runtime only (read back when asked for: a Python
+    copy was 140 KB of NCNN's vision_transformer's 2.9 MB held beside the arena); moving to a ladder
+    entry gives the sidecar's plan its own tables again, equal to the file's, and moving back holds it again."""
+    param, bin_, x = write_residual(tmp_path)
+    m = ModelCase("residual", param, bin_, x, stock_output(param, bin_, x))
+    path, content = prepared(m, tmp_path)
+    b = budgets_for(content)
+    out = tmp_path / "laddered.json"
+    proc = run_module("plan", str(path), "--budget", str(b["middle"]), "-o", str(out), "--ladder", str(b["tightest"]))
+    assert proc.returncode == 0, proc.stderr
+    stored = sidecar.load(out).plan
+    session = Session(out)
+    assert session.plan is session.sidecar.plan and isinstance(session.plan.tensors, planning.HeldRows)
+    assert isinstance(session.plan.dependencies, planning.HeldRows) and session.plan == stored
+    session.set_budget(b["tightest"])
+    assert session.plan is session.sidecar.ladder[0]
+    assert type(session.sidecar.plan.tensors) is planning.Rows and session.sidecar.plan == stored
+    session.set_budget(b["middle"])
+    assert isinstance(session.plan.tensors, planning.HeldRows) and session.plan == stored
+    assert_close(session.run({"data": x})["output"], m.ref)
+
+
 STRESS = """
 import sys
 import ncnn
