@@ -64,14 +64,15 @@ def channel_pack(channels: int, simd_width: int) -> int:
     return pack
 
 
-def crop_range(start: int, end: int, channels: int, simd_width: int) -> tuple[int, int]:
-    """The channels a Crop of [start, end) of a blob of `channels` reads as packed: NCNN crops a packed
-    blob as it is only from an offset and to a count that are multiples of its pack, and unpacks the
-    whole blob for any other range. So such a range is cropped from the smallest pack-aligned range
-    around it first (rewrite.channel_crop), whose copy alone is then unpacked; (start, end) itself when
-    it is aligned, (0, channels) when only the whole blob is."""
+def crop_through(start: int, end: int, channels: int, simd_width: int) -> tuple[int, int] | None:
+    """The pack-aligned channels a Crop of [start, end) of a blob of `channels` goes through first
+    (rewrite.channel_crop), or None when it crops them directly. NCNN crops a packed blob as it is only
+    from an offset and to a count that are multiples of its pack, and unpacks the whole blob for any
+    other range; so an unaligned range is cropped from the smallest aligned range around it, whose copy
+    alone is then unpacked, unless that range is the whole blob."""
     pack = channel_pack(channels, simd_width)
-    return start // pack * pack, min(channels, -(-end // pack) * pack)
+    low, high = start // pack * pack, min(channels, -(-end // pack) * pack)
+    return None if (low, high) == (start, end) or high - low == channels else (low, high)
 
 
 def _mat_bytes(c: int, plane: int, elemsize: int = 4) -> int:
@@ -350,16 +351,16 @@ class GroupedConvModel:
 
     def ungrouped(self, group_cost: Cost) -> Cost:
         """What one group's Convolution run apart holds (`group_cost`), with its Crops' copies and every
-        group's output, alive until the Concat: the most any group's channels cost to crop (crop_range,
+        group's output, alive until the Concat: the most any group's channels cost to crop (crop_through,
         on the widest pack, which covers every target's): the group's own copy, and where its channels
         are off the pack the aligned range around them and its unpacked copy (the whole input's,
         when that range is the whole input)."""
         cin, channels = self.group.cin, self.group.cin * self.groups
-        held = 0  # channels
-        for start in range(0, channels, cin):
-            low, high = crop_range(start, start + cin, channels, WIDEST_PACK)
-            held = max(held, cin + (0 if (low, high) == (start, start + cin) else
-                                    channels if high - low == channels else 2 * (high - low)))
+        held = cin  # channels: the group's copy, and beside it when unaligned the aligned range's two
+        if cin % channel_pack(channels, WIDEST_PACK):
+            held += max(channels if through is None else 2 * (through[1] - through[0])
+                        for through in (crop_through(start, start + cin, channels, WIDEST_PACK)
+                                        for start in range(0, channels, cin)))
         crop = self.in_bytes * held // channels
         return Cost(group_cost.weights, group_cost.intermediates + crop + self.out_bytes)
 

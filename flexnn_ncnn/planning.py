@@ -375,7 +375,10 @@ class Plan:
     def held(self, columns: Callable[[], Mapping[str, Any]]) -> "Plan":
         """This plan with its tables read from `columns` (an owner's `columns()` form of it, e.g. a
         Session's runtime once the plan is set there) each time they are asked for (HeldRows)."""
-        return replace(self, tensors=HeldRows(lambda: Plan.from_columns(columns()).tensors.table, _placement),
+        def placements() -> np.ndarray:
+            c = columns()
+            return placement_rows(c["offsets"], c["load_after"], c["pinned"]).table
+        return replace(self, tensors=HeldRows(placements, _placement),
                        dependencies=HeldRows(lambda: pair_rows(columns()["dependencies"]).table, _pair))
 
     def owned(self) -> "Plan":

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..analysis import GROUPED, crop_range, group_convolution
+from ..analysis import GROUPED, crop_through, group_convolution
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, WeightRecord, WeightSpec
 from ..ncnn_model.graph import Residual
 from ..ncnn_model.param import SHAPE_HINT_ID, ParamDict
@@ -277,11 +277,12 @@ def _emit_heads(layer: Layer, lw: LayerWeights | None, d: LayerDecision, layers:
 
 def channel_crop(name: str, bottom: str, top: str, start: int, end: int, channels: int, simd_width: int) -> list[Layer]:
     """Crops of channels [start, end) of `bottom` (c,h,w of `channels` channels) into `top`: through the
-    pack-aligned range around them (crop_range) when that is neither the range itself nor the whole
-    blob, so that NCNN unpacks only that range's copy, never the whole blob."""
-    low, high = crop_range(start, end, channels, simd_width)
-    if (low, high) == (start, end) or high - low == channels:
+    pack-aligned range around them where there is one (crop_through), so that NCNN unpacks only that
+    range's copy, not the whole blob."""
+    through = crop_through(start, end, channels, simd_width)
+    if through is None:
         return [numpy_crop(name, bottom, top, [start], [end], [0])]
+    low, high = through
     aligned = f"{name}.aligned"
     return [numpy_crop(f"{name}_aligned", bottom, aligned, [low], [high], [0]),
             numpy_crop(name, aligned, top, [start - low], [end - low], [0])]
