@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..analysis import LayerAnalysis, analyze
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam
 from .hidden import plain_gemm
-from .policy import smallest_working_set
+from .policy import layer_need
 from .rewrite import sub_layer, sub_layer_params, substitute
 from .target import Target
 
@@ -127,6 +127,6 @@ def options(graph: Graph, shapes: dict[str, BlobShape], target: Target) -> list[
     param, _ = _rewrite(NcnnParam(graph.order), ModelBin([]), found)  # the layers only: no weights
     new_graph = Graph.build(param)
     analyses: list[LayerAnalysis] = analyze(new_graph, _shapes(shapes, found))
-    needs = {a.layer.name: a.live_bytes + smallest_working_set(a, target) for a in analyses}
+    needs = {a.layer.name: layer_need(a, target) for a in analyses}
     groups = [n for name, n in needs.items() if MARK in name]
     return [ColumnSplit(tuple(s.slice.name for s in found), max(needs.values()), max(groups))]

@@ -351,12 +351,13 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
 def _sliced_again(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], missed: Missed,
                   budget: int, target: Target, options: RuntimeOptions, scratch: Path, stream: StreamModel | None,
                   meter: LayerMeter, tiler: spatial.Tiler) -> SlicingResult | None:
-    """The slicing `missed` makes again, when it plans within `budget` (prepared here), else None."""
-    result = slice_model(param, modelbin, graph, shapes, missed.budget, target, missed.reserve, stream=stream,
-                         measure=meter.cost, tiler=tiler)
+    """The slicing `missed` makes again, when it plans within `budget` (prepared here), else None (also when
+    the slicer refuses it now: what it measures may differ from when the slicing was kept)."""
     try:
+        result = slice_model(param, modelbin, graph, shapes, missed.budget, target, missed.reserve, stream=stream,
+                             measure=meter.cost, tiler=tiler)
         _prepared(result, budget, graph, shapes, options, scratch, "again")
-    except planning.InfeasibleBudget:
+    except (UserError, planning.InfeasibleBudget):
         return None
     return result
 

@@ -26,7 +26,7 @@ from ..analysis import LayerAnalysis, analyze
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, WeightRecord
 from ..ncnn_model.graph import Residual
 from ..ncnn_model.param import SHAPE_HINT_ID, ParamDict
-from .policy import smallest_working_set
+from .policy import layer_need
 from .rewrite import add_partial, slice_rows, sub_layer, sub_layer_params, substitute
 from .target import Target
 
@@ -101,7 +101,8 @@ def _widths(hidden: int, simd: int) -> list[int]:
     return found
 
 
-def _branch_params(layer: Layer, updates: dict[int, int]) -> ParamDict:
+def branch_params(layer: Layer, updates: dict[int, int]) -> ParamDict:
+    """`layer`'s params without its shape hint (a branch's shapes differ), with `updates`."""
     p = layer.params.copy()
     p.remove(SHAPE_HINT_ID)
     for key, value in updates.items():
@@ -130,22 +131,22 @@ def _branches(mlp: Mlp, width: int, shapes: dict[str, BlobShape],
         new_shapes[wide] = h
         if act is not None:
             activated = f"{act.tops[0]}{MARK}{i}"
-            layers.append(Layer(act.type, f"{act.name}{MARK}{i}", [wide], [activated], _branch_params(act, {})))
+            layers.append(Layer(act.type, f"{act.name}{MARK}{i}", [wide], [activated], branch_params(act, {})))
             new_shapes[activated] = h
             wide = activated
         # the down projection's bias (constant C) is added once, by the first branch
         down_updates = {9: hi - lo} if i == 0 else {9: hi - lo, 6: 0}
-        layers.append(Layer("Gemm", down_i, [wide], [part], _branch_params(down, down_updates)))
+        layers.append(Layer("Gemm", down_i, [wide], [part], branch_params(down, down_updates)))
         new_shapes[part] = out
         if weights is not None:
             branch_weights += [LayerWeights(up_i, 0, sub_layer(up, weights[up.name], lo, hi, hidden)[1]),
-                               LayerWeights(down_i, 0, _down_records(down, weights[down.name], lo, hi, first=i == 0))]
+                               LayerWeights(down_i, 0, down_records(down, weights[down.name], lo, hi, first=i == 0))]
         total = add_partial(layers, f"{down.name}{MARK}", i, n, total, part, down, mlp.residual)
         new_shapes[total] = out
     return layers, new_shapes, branch_weights
 
 
-def _down_records(down: Layer, lw: LayerWeights, lo: int, hi: int, first: bool) -> list[WeightRecord]:
+def down_records(down: Layer, lw: LayerWeights, lo: int, hi: int, first: bool) -> list[WeightRecord]:
     """Hidden units [lo, hi) of the second Gemm: its B's rows of K (columns of a transposed B); its C
     only for the first branch."""
     k, trans_b = down.params.get_int(9, 0), down.params.get_int(3, 0)
@@ -201,7 +202,7 @@ def _split_need(mlp: Mlp, width: int, shapes: dict[str, BlobShape], held: int, t
     sources = [mlp.up.bottoms[0], *([mlp.residual.other] if mlp.residual else [])]
     block = NcnnParam([Layer("Input", f"in{i}", [], [b]) for i, b in enumerate(sources)] + layers)
     analyses = analyze(Graph.build(block), {**shapes, **layer_shapes}, caller_inputs=False)
-    return held + max(a.live_bytes + smallest_working_set(a, target) for a in analyses[1:])
+    return held + max(layer_need(a, target) for a in analyses[1:])
 
 
 def options(graph: Graph, shapes: dict[str, BlobShape], analyses: list[LayerAnalysis], target: Target) -> list[HiddenSplit]:
@@ -210,7 +211,7 @@ def options(graph: Graph, shapes: dict[str, BlobShape], analyses: list[LayerAnal
     found_mlps = mlps(graph, shapes)
     if not found_mlps:
         return []
-    needs = {a.layer.name: a.live_bytes + smallest_working_set(a, target) for a in analyses}
+    needs = {a.layer.name: layer_need(a, target) for a in analyses}
     lives = {a.layer.name: a.live_bytes for a in analyses}
     inside = {layer.name for m in found_mlps for layer in m.layers}
     outside = max((n for name, n in needs.items() if name not in inside), default=0)

@@ -108,6 +108,11 @@ def smallest_working_set(a: LayerAnalysis, target: Target, measure: Measure | No
     return min(measure(a, *option).total for option in _finest(a, target))
 
 
+def layer_need(a: LayerAnalysis, target: Target, measure: Measure | None = None) -> int:
+    """What `a`'s step needs at least: its live activations and its smallest working set."""
+    return a.live_bytes + smallest_working_set(a, target, measure)
+
+
 def _finest(a: LayerAnalysis, target: Target) -> set[tuple[str, int, int]]:
     """Each kernel's finest cut (its last option)."""
     return set({kernel: (kernel, width, tiles) for kernel, width, tiles in _options(a, target)}.values())

@@ -17,8 +17,9 @@ from ..ncnn_model import BlobShape, Graph, ModelBin, NcnnParam
 from ..units import format_size
 from . import spatial
 from .columns import ColumnSplit
+from .heads import HeadSplit
 from .hidden import HiddenSplit
-from .policy import LayerDecision, Measure, decide, decide_streamed, least_measured, smallest_working_set
+from .policy import LayerDecision, Measure, decide, decide_streamed, layer_need, least_measured
 from .rewrite import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, apply
 from .streaming import StreamModel, streamed_share
 from .target import Target
@@ -63,6 +64,7 @@ class SlicingResult:
             "spatial_tilings": [t.to_json() for t in self.tilings if isinstance(t, spatial.SpatialTiling)],
             "hidden_splits": [t.to_json() for t in self.tilings if isinstance(t, HiddenSplit)],
             "column_splits": [t.to_json() for t in self.tilings if isinstance(t, ColumnSplit)],
+            "head_splits": [t.to_json() for t in self.tilings if isinstance(t, HeadSplit)],
             "layers": [{**asdict(d), "slices": d.slices} for d in self.decisions],
         }
 
@@ -80,13 +82,13 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
     Raises UserError naming the smallest feasible budget when `budget` is not enough.
     """
     analyses = analyze(graph, shapes)
-    need = {a.layer.name: a.live_bytes + reserve + smallest_working_set(a, target) for a in analyses}
+    need = {a.layer.name: layer_need(a, target) + reserve for a in analyses}
     bottleneck = max(analyses, key=lambda a: need[a.layer.name])
     # with `measure`, the estimate only finds the bottleneck: its need is measured, until the largest
     # need is a measured one (a fixed layer has nothing to measure)
     exact: set[str] = set()
     while measure is not None and bottleneck.layer.name not in exact and not isinstance(bottleneck.model, FixedModel):
-        need[bottleneck.layer.name] = bottleneck.live_bytes + reserve + smallest_working_set(bottleneck, target, measure)
+        need[bottleneck.layer.name] = layer_need(bottleneck, target, measure) + reserve
         exact.add(bottleneck.layer.name)
         bottleneck = max(analyses, key=lambda a: need[a.layer.name])
     untiled = need[bottleneck.layer.name]

@@ -27,8 +27,8 @@ downsampling segments and the grids, each costed step by step as the slicer cost
 activations + its smallest working set), with its recomputation: the MACs the tiles run over the
 untiled block's. `choose` takes the option with the least recomputation that fits a limit; when
 none does, `Tiler` tiles one block and searches the rest of the model again, block by block. The
-Tiler's options also split a transformer's MLPs by hidden units (hidden.py) and its Gemms read by a
-column Slice (columns.py), costed alike.
+Tiler's options also split a transformer's MLPs by hidden units (hidden.py), its Gemms read by a
+column Slice (columns.py) and its attentions written as MatMuls by heads (heads.py), costed alike.
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ from typing import Union
 from ..analysis import LayerAnalysis, analyze, conv_pads, pooling_pads, resident_bytes
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam, ParamDict
 from ..ncnn_model.param import SHAPE_HINT_ID
-from . import columns, hidden
+from . import columns, heads, hidden
 from .columns import ColumnSplit
+from .heads import HeadSplit
 from .hidden import HiddenSplit
-from .policy import smallest_working_set
+from .policy import layer_need
 from .rewrite import numpy_crop, unpacked_if, writes_int8
 from .target import Target
 
@@ -451,8 +452,8 @@ class SpatialTiling:
 
 
 # what the Tiler chooses among: a block run as a grid of tiles, a model's MLPs split (hidden.py), its
-# Gemms read by a column Slice split (columns.py)
-Option = Union[SpatialTiling, HiddenSplit, ColumnSplit]
+# Gemms read by a column Slice split (columns.py), its MatMul attentions split by heads (heads.py)
+Option = Union[SpatialTiling, HiddenSplit, ColumnSplit, HeadSplit]
 
 
 def _crop(name: str, bottom: str, top: str, region: Region, int8: bool) -> Layer:
@@ -603,7 +604,7 @@ def _tile_need(block_layers: list[Layer], shapes: dict[str, BlobShape], source: 
     tile = NcnnParam([Layer("Input", "in", [], [source])] + layers[1:])  # the source crop is the tile's input
     tile_shapes = {**layer_shapes, source: entry}
     tile_graph = Graph.build(tile)
-    return held + max([entry.nbytes] + [a.live_bytes + smallest_working_set(a, target)  # the crop is in the arena
+    return held + max([entry.nbytes] + [layer_need(a, target)  # the crop is in the arena
                                         for a in analyze(tile_graph, tile_shapes, caller_inputs=False)[1:]])
 
 
@@ -661,7 +662,7 @@ def _downsamples(layer: Layer) -> bool:
 def options(graph: Graph, shapes: dict[str, BlobShape], analyses: list[LayerAnalysis], target: Target) -> list[SpatialTiling]:
     """Every block and square grid whose recomputation stays within MAX_RECOMPUTE, with the need of the
     whole model so tiled."""
-    needs = [a.live_bytes + smallest_working_set(a, target) for a in analyses]
+    needs = [layer_need(a, target) for a in analyses]
     found = []
     for block in blocks(graph, shapes):
         layers = _block_layers(graph, block)
@@ -683,7 +684,7 @@ def options(graph: Graph, shapes: dict[str, BlobShape], analyses: list[LayerAnal
 
 def model_need(analyses: list[LayerAnalysis], target: Target) -> int:
     """The most any layer needs: its live activations and its smallest working set."""
-    return max(a.live_bytes + smallest_working_set(a, target) for a in analyses)
+    return max(layer_need(a, target) for a in analyses)
 
 
 @dataclass(frozen=True)
@@ -729,7 +730,8 @@ class Tiler:
         if model.tilings not in self.models:
             found: list[Option] = [*options(model.graph, model.shapes, model.analyses, self.target),
                                    *hidden.options(model.graph, model.shapes, model.analyses, self.target),
-                                   *columns.options(model.graph, model.shapes, self.target)] if self.enabled else []
+                                   *columns.options(model.graph, model.shapes, self.target),
+                                   *heads.options(model.graph, model.shapes, self.target)] if self.enabled else []
             self.models[model.tilings] = (model, found)
         return self.models[model.tilings]
 

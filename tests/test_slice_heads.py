@@ -1,0 +1,103 @@
+"""Attention written as MatMuls split by heads (slicing/heads.py): each group of heads runs from its
+columns of the q/k/v Gemms through its scores to its rows of the output Gemm, the groups' outputs
+added up from the residual, so q, k, v and every head's scores never exist whole. Stock NCNN runs the
+rewritten model to the original's outputs (fused and separate q/k/v projections, a causal mask, fp32
+and fp16 storage), what would change a head's arithmetic stays whole, and a block whose attention
+sets the budget slices by heads, runs in the runtime within it and equals stock NCNN on several inputs."""
+
+from __future__ import annotations
+
+import pytest
+
+from model_helpers import plan_arena, rewrite_error, runtime_error, scaled_inputs, sliced_at_min
+from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_shape
+from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
+from flexnn_ncnn.slicing import heads
+from flexnn_ncnn.slicing.target import target_for
+
+pytest.importorskip("ncnn")
+
+TOLERANCE = 1e-4
+HOST = target_for("host")
+
+
+def _block(tokens: int, heads_: int, dim: int, fused: bool = True, softmax_axis: int = 2) -> str:
+    """pnnx's GPT-2 attention: q, k, v (one Gemm cut by a Slice, or three Gemms), each reshaped to
+    (dim, heads, tokens) and permuted to heads (k transposed), scores scaled, masked, softmaxed, weighted
+    over v, back to tokens, projected, added to the residual; then a Gemm of the sum."""
+    width = heads_ * dim
+    if fused:
+        qkv = f"""Gemm     qkv  1 1 n w 3=1 5=1 6=1 8={3 * width} 9={width} 10=4
+Slice    cut  1 3 w q k v -23300=3,{width},{width},-233 1=1
+"""
+    else:
+        qkv = f"""Split    spn  1 3 n n0 n1 n2
+Gemm     gq   1 1 n0 q 3=1 5=1 6=1 8={width} 9={width} 10=4
+Gemm     gk   1 1 n1 k 5=1 6=1 8={width} 9={width} 10=4
+Gemm     gv   1 1 n2 v 3=1 5=1 8={width} 9={width}
+"""
+    body = f"""Input    in   0 1 x 0={width} 1={tokens}
+MemoryData mask 0 1 m 0={tokens} 1={tokens}
+Split    sp   1 2 x x0 x1
+LayerNorm ln  1 1 x1 n 0={width} 1=1e-5 2=1
+{qkv}Reshape  rq   1 1 q q3 0={dim} 1={heads_} 2={tokens}
+Permute  pq   1 1 q3 qh 0=2
+Reshape  rk   1 1 k k3 0={dim} 1={heads_} 2={tokens}
+Permute  pk   1 1 k3 kh 0=3
+Reshape  rv   1 1 v v3 0={dim} 1={heads_} 2={tokens}
+Permute  pv   1 1 v3 vh 0=2
+MatMul   qk   2 1 qh kh s
+BinaryOp scale 1 1 s s1 0=2 1=1 2=0.125
+Reshape  rm   1 1 m m3 0={tokens} 1={tokens} 2=1
+BinaryOp masked 2 1 s1 m3 s2 0=0
+Softmax  sm   1 1 s2 p 0={softmax_axis} 1=1
+MatMul   pv2  2 1 p vh o
+Permute  po   1 1 o o3 0=2
+Reshape  ro   1 1 o3 o2 0={width} 1={tokens}
+Gemm     proj 1 1 o2 a 3=1 5=1 6=1 8={width} 9={width} 10=4
+BinaryOp add  2 1 x0 a r 0=0
+Gemm     fc   1 1 r y 3=1 5=1 8=8 9={width}
+"""
+    lines = body.strip().splitlines()
+    blobs = {t for line in lines for t in line.split()[4 + int(line.split()[2]):4 + int(line.split()[2]) + int(line.split()[3])]}
+    return f"7767517\n{len(lines)} {len(blobs)}\n{body}"
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("storage", ["fp32", "fp16"])
+def test_head_groups_add_up_to_the_whole_attention(fused, storage, tmp_path):
+    param = NcnnParam.parse(_block(12, 6, 16, fused))
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {"x": parse_input_shape("12,96")})
+    [found] = heads.attentions(graph, shapes)
+    assert (found.out.name, found.heads, [layer.name for layer in found.between]) == ("proj", 6, ["scale", "masked", "sm"])
+    assert found.residual is not None and found.residual.other == "x0"
+    options = heads.options(graph, shapes, HOST)
+    assert sorted(o.heads for o in options) == [1, 2, 3]  # 6 heads in 6, 3 and 2 groups
+    modelbin = random_modelbin(param, seed=5, storage=storage)
+    feeds = scaled_inputs("x", (12, 96), 3)
+    for option in options:  # 4 of 6 heads is not offered: [1, 2, 3] are the sizes 2..12 groups give
+        split, split_bin, split_shapes = option.apply(param, modelbin, graph, shapes)
+        names = {layer.name for layer in split}
+        assert not names & {"qk", "pv2", "proj", "add", "qkv", "cut", "gq"} and {"rm", "fc"} <= names
+        assert not {"s", "p", "qh", "o2", "a"} & set(split_shapes)
+        # a group's scores hold its heads only
+        assert max(s.c for b, s in split_shapes.items() if b.startswith("s2")) == option.heads
+        assert rewrite_error((param, modelbin), (split, split_bin), tmp_path, feeds, ["r", "y"]) <= TOLERANCE
+
+
+def test_a_softmax_over_heads_stays_whole():
+    param = NcnnParam.parse(_block(12, 6, 16, softmax_axis=0))
+    graph = Graph.build(param)
+    shapes = infer_shapes(param, graph, {"x": parse_input_shape("12,96")})
+    assert heads.attentions(graph, shapes) == [] and heads.options(graph, shapes, HOST) == []
+
+
+def test_an_attention_whose_scores_exceed_the_budget_runs_by_heads(tmp_path):
+    # 12 heads of 256 tokens: each of the scores' three blobs is 3 MiB whole
+    record, plan, param_path, bin_path = sliced_at_min(_block(256, 12, 16), "1,256,192", tmp_path)
+    [split] = record["head_splits"]
+    assert split["attentions"] == ["proj"] and split["heads_per_group"] < 12, record["head_splits"]
+    assert plan_arena(plan) < 6 << 20  # below two of the scores' blobs
+    feeds = scaled_inputs("x", (256, 192), 4)
+    assert runtime_error(plan, param_path, bin_path, feeds, ["y"]) <= TOLERANCE
