@@ -118,13 +118,15 @@ def written_text_model(text: str, shape: tuple[int, ...], seed: int, folder: Pat
 
 def zoo_specs() -> dict[str, tuple]:
     """Small instances of the zoo architectures: name -> (constructor, torch input shape)."""
-    from flexnn_ncnn.zoo import MLP, resnet, vgg19, vit
+    from flexnn_ncnn.zoo import MLP, gpt2, resnet, vgg19, vit
     return {
         # small instances of the same architectures; widths keep every slice width a SIMD multiple
         "vgg19": (lambda: vgg19(width=1 / 8, fc_dim=256, pool_size=2, num_classes=10), (1, 3, 32, 32)),
         "resnet50": (lambda: resnet(50, width=8, num_classes=10), (1, 3, 32, 32)),
         "mlp": (lambda: MLP(64, (256, 256), 10), (1, 64)),
         "vit": (lambda: vit(image_size=32, patch=8, dim=64, depth=2, heads=4, mlp_dim=512, num_classes=10), (1, 3, 32, 32)),
+        # attention written as MatMuls (heads.py): 4 heads of 16, 24 tokens
+        "gpt2": (lambda: gpt2(seq_len=24, vocab=100, context=32, dim=64, depth=2, heads=4), (1, 24, 64)),
     }
 
 

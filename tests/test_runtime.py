@@ -302,12 +302,12 @@ def test_two_computing_threads_at_the_tightest_budget(tmp_path: Path) -> None:
         assert_close(session.run({"data": x})["output"], stock_output(param, bin_, x))
 
 
-ZOO = [f"{arch}_fp{bits}" for arch in ("vgg19", "resnet50", "mlp", "vit") for bits in (16, 32)]
+ZOO = [f"{arch}_fp{bits}" for arch in ("vgg19", "resnet50", "mlp", "vit", "gpt2") for bits in (16, 32)]
 
 
 @pytest.mark.parametrize("name", ZOO)
 def test_pnnx_exports_equal_stock_ncnn_from_generous_to_tightest(name: str, zoo_exports, tmp_path: Path) -> None:
-    """pnnx exports of VGG-, ResNet-, MLP- and ViT-style torch models, fp16 and fp32 weight storage."""
+    """pnnx exports of VGG-, ResNet-, MLP-, ViT- and GPT-2-style torch models, fp16 and fp32 weight storage."""
     model = zoo_exports[name]
     assert_equal_stock_from_generous_to_tightest(model.param, model.bin, model.input_shape[1:], tmp_path)
 

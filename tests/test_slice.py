@@ -112,7 +112,7 @@ def _compare_in_runtime(files_param, files_bin, out_param, out_bin, graph, feeds
 
 
 @pytest.mark.parametrize("name", ["vgg19_fp16", "vgg19_fp32", "resnet50_fp16", "resnet50_fp32", "mlp_fp16",
-                                  "mlp_fp32", "vit_fp16", "vit_fp32"])
+                                  "mlp_fp32", "vit_fp16", "vit_fp32", "gpt2_fp16", "gpt2_fp32"])
 def test_sliced_zoo_model_matches_stock_ncnn(name, zoo_exports, tmp_path):
     files = zoo_exports[name]
     param, modelbin, graph, shapes = _prepare(files.param, files.bin, files.input_shape)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from model_helpers import plan_arena, rewrite_error, runtime_error, scaled_inputs, sliced_at_min
-from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_shape
+from flexnn_ncnn.ncnn_model import Graph, NcnnParam, infer_shapes, parse_input_shape, read_param
+from flexnn_ncnn.ncnn_model.modelbin import read_bin
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
 from flexnn_ncnn.slicing import heads
 from flexnn_ncnn.slicing.target import target_for
@@ -101,3 +102,21 @@ def test_an_attention_whose_scores_exceed_the_budget_runs_by_heads(tmp_path):
     assert plan_arena(plan) < 6 << 20  # below two of the scores' blobs
     feeds = scaled_inputs("x", (256, 192), 4)
     assert runtime_error(plan, param_path, bin_path, feeds, ["y"]) <= TOLERANCE
+
+
+@pytest.mark.parametrize("storage", ["fp16", "fp32"])
+def test_pnnx_gpt2_attention_by_heads_equals_stock_ncnn(storage, zoo_exports, tmp_path):
+    """pnnx's export of a small GPT-2 (2 blocks of 4 heads, 24 tokens, a causal mask): both attentions
+    are found, and split into 2 and 4 groups the model equals stock NCNN on three inputs."""
+    model = zoo_exports[f"gpt2_{storage}"]
+    param = read_param(model.param)
+    graph = Graph.build(param)
+    shape = model.input_shape[1:]
+    shapes = infer_shapes(param, graph, {graph.inputs[0]: parse_input_shape(",".join(map(str, shape)))}, model.bin)
+    found = heads.attentions(graph, shapes)
+    assert len(found) == 2 and all(a.heads == 4 and a.sliced is not None and a.residual for a in found)
+    modelbin = read_bin(param, model.bin)
+    feeds = scaled_inputs(graph.inputs[0], shape, 3)
+    for option in heads.options(graph, shapes, HOST):
+        split, split_bin, _ = option.apply(param, modelbin, graph, shapes)
+        assert rewrite_error((param, modelbin), (split, split_bin), tmp_path, feeds, graph.outputs) <= TOLERANCE
