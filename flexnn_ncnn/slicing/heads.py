@@ -14,9 +14,9 @@ the residual the output flowed into (rewrite.add_partial), as an MLP's branches 
 group's q, k, v, scores and partial output are alive at a time; every weight is in exactly one group.
 
 Only what keeps each head's arithmetic unchanged is split: Permutes that move the heads onto the
-channel axis (order 2 or 3 of a (head_dim, heads, tokens) blob) and back (order 2), and between the
-MatMuls only element-wise layers and a Softmax not over channels, whose other operands (a mask) do not
-vary over heads. `options` costs 2, 3, 4... groups for every such attention at once, as spatial.py
+channel axis (order 2 or 3 of a (head_dim, heads, tokens) blob) and back (order 2, from the second
+MatMul's (head_dim, tokens, heads)), and between the MatMuls only element-wise layers and a Softmax not
+over channels, whose other operands are one channel (a causal mask) or one value. `options` costs 2, 3, 4... groups for every such attention at once, as spatial.py
 costs a grid of tiles; the groups' Gemms are ordinary layers the policy slices further. Their names
 carry `.flexnn_heads`.
 """
@@ -130,19 +130,22 @@ def _projection(graph: Graph, shapes: dict[str, BlobShape], blob: str, only_read
 
 
 def _per_head(layer: Layer, shapes: dict[str, BlobShape], inner: set[str], heads: int) -> bool:
-    """`layer`, between the MatMuls, computes each head apart: element-wise (its other operands not
-    varying over heads) or a Softmax not over channels."""
+    """`layer`, between the MatMuls, computes each head apart: element-wise or a Softmax not over
+    channels, writing a blob of `heads` channels, its other operands one channel (a mask) or one value.
+    (NCNN broadcasts a 1-D or 2-D operand of a 3-D blob over its channels: it would vary over heads.)"""
     if layer.type not in BETWEEN or len(layer.tops) != 1:
         return False
     if layer.type == "Softmax" and layer.params.get_int(0, 0) in (0, -3):
         return False
-    return all(b in inner or (b in shapes and (shapes[b].dims < 3 or shapes[b].c == 1)) for b in layer.bottoms) and \
-        shapes.get(layer.tops[0], BlobShape(0, 0)).c == heads
+    top = shapes.get(layer.tops[0])
+    return top is not None and top.dims == 3 and top.c == heads and all(
+        b in inner or (b in shapes and ((shapes[b].dims == 3 and shapes[b].c == 1) or shapes[b].numel == 1))
+        for b in layer.bottoms)
 
 
 def attentions(graph: Graph, shapes: dict[str, BlobShape]) -> list[Attention]:
     """Every attention written as MatMuls (module docstring) whose inner blobs have one reader each, in
-    run order."""
+    run order; a layer is in one attention at most."""
     readers = graph.readers()
 
     def only_reader(blob: str) -> Layer | None:
@@ -152,50 +155,66 @@ def attentions(graph: Graph, shapes: dict[str, BlobShape]) -> list[Attention]:
     cut = {top: (s.gemm, s.slice, lo, hi) for s in sliced_gemms(graph, shapes)
            for top, lo, hi in zip(s.slice.tops, s.bounds, s.bounds[1:])}
     found: list[Attention] = []
+    taken: set[str] = set()
     for scores in graph.order:
-        if scores.type != "MatMul" or len(scores.bottoms) != 2 or MARK in scores.name:
+        a = _attention(graph, shapes, scores, only_reader, cut)
+        if a is None or any(layer.name in taken for layer in a.layers):
             continue
-        q, k = (_projection(graph, shapes, b, only_reader, cut) for b in scores.bottoms)
-        if q is None or k is None or only_reader(scores.bottoms[0]) is not scores or only_reader(scores.bottoms[1]) is not scores:
-            continue
-        heads = shapes[q.reshape.tops[0]].h
-        between: list[Layer] = []
-        inner, blob = {scores.tops[0]}, scores.tops[0]
-        weighted = only_reader(blob)
-        while weighted is not None and weighted.type != "MatMul" and _per_head(weighted, shapes, inner, heads):
-            between.append(weighted)
-            blob = weighted.tops[0]
-            inner.add(blob)
-            weighted = only_reader(blob)
-        if weighted is None or weighted.type != "MatMul" or weighted.bottoms[0] != blob or len(weighted.bottoms) != 2:
-            continue
-        v = _projection(graph, shapes, weighted.bottoms[1], only_reader, cut)
-        permute = only_reader(weighted.tops[0])
-        reshape = only_reader(permute.tops[0]) if permute is not None else None
-        out = only_reader(reshape.tops[0]) if reshape is not None else None
-        if (v is None or only_reader(weighted.bottoms[1]) is not weighted or permute is None or reshape is None
-                or out is None or permute.type != "Permute" or permute.params.get_int(0, 0) != FROM_HEADS
-                or reshape.type != "Reshape" or not plain_gemm(out, shapes) or out.bottoms[0] != reshape.tops[0]):
-            continue
-        tokens = shapes[q.reshape.tops[0]].c
-        if (any(shapes[p.reshape.tops[0]].h != heads for p in (k, v)) or q.head_dim != k.head_dim
-                or shapes[reshape.tops[0]] != BlobShape(2, heads * v.head_dim, tokens)
-                or out.params.get_int(9, 0) != heads * v.head_dim):
-            continue
-        gemms = {p.gemm.name for p in (q, k, v)}
-        sliced = cut[q.reshape.bottoms[0]][1] if q.reshape.bottoms[0] in cut else None
-        if sliced is not None and (len(gemms) != 1 or set(sliced.tops) != {p.reshape.bottoms[0] for p in (q, k, v)}):
-            continue  # a Slice whose outputs are not exactly q, k and v stays
-        if sliced is None and len(gemms) != 3:
-            continue
-        a = Attention(q, k, v, sliced, scores, tuple(between), weighted, permute, reshape, out, None, heads)
-        written = graph.written_at[out.tops[0]]
+        written = graph.written_at[a.out.tops[0]]
         if any(graph.written_at.get(b, written) >= written for b in (*(p.gemm.bottoms[0] for p in a.projections),
                                                                      *a.outside())):
-            continue  # the groups are written where the output Gemm was: what they read is written before
+            # NCNN loads a .param whose layer reads a blob written further down; the groups are
+            # written where the output Gemm was, so what they read must be written before it
+            continue
+        taken.update(layer.name for layer in a.layers)
         found.append(a)
     residuals = graph.residuals([a.out.tops[0] for a in found], shapes)
     return [replace(a, residual=residuals[a.out.tops[0]]) for a in found]
+
+
+def _attention(graph: Graph, shapes: dict[str, BlobShape], scores: Layer, only_reader: Callable[[str], Layer | None],
+               cut: dict[str, tuple[Layer, Layer, int, int]]) -> Attention | None:
+    """The attention whose first MatMul is `scores`, or None (its residual not looked for)."""
+    if scores.type != "MatMul" or len(scores.bottoms) != 2 or MARK in scores.name:
+        return None
+    q, k = (_projection(graph, shapes, b, only_reader, cut) for b in scores.bottoms)
+    if q is None or k is None or any(only_reader(b) is not scores for b in scores.bottoms):
+        return None
+    heads, tokens = shapes[q.reshape.tops[0]].h, shapes[q.reshape.tops[0]].c
+    between: list[Layer] = []
+    inner, blob = {scores.tops[0]}, scores.tops[0]
+    weighted = only_reader(blob)
+    while weighted is not None and weighted.type != "MatMul" and _per_head(weighted, shapes, inner, heads):
+        between.append(weighted)
+        blob = weighted.tops[0]
+        inner.add(blob)
+        weighted = only_reader(blob)
+    if (weighted is None or weighted.type != "MatMul" or len(weighted.bottoms) != 2 or weighted.bottoms[0] != blob
+            or only_reader(weighted.bottoms[1]) is not weighted):
+        return None
+    v = _projection(graph, shapes, weighted.bottoms[1], only_reader, cut)
+    permute = only_reader(weighted.tops[0])
+    reshape = only_reader(permute.tops[0]) if permute is not None else None
+    out = only_reader(reshape.tops[0]) if reshape is not None else None
+    if (v is None or permute is None or reshape is None or out is None or permute.type != "Permute"
+            or permute.params.get_int(0, 0) != FROM_HEADS or reshape.type != "Reshape" or not plain_gemm(out, shapes)):
+        return None
+    # each head's (tokens, head_dim) rows back to tokens: head h in columns [h·head_dim, (h+1)·head_dim)
+    # of the output Gemm's input, its rows of K
+    if (any(shapes[p.reshape.tops[0]].h != heads for p in (k, v)) or q.head_dim != k.head_dim
+            or shapes[scores.tops[0]].dims != 3 or shapes[scores.tops[0]].c != heads
+            or shapes[weighted.tops[0]] != BlobShape(3, v.head_dim, tokens, c=heads)
+            or shapes[permute.tops[0]] != BlobShape(3, v.head_dim, heads, c=tokens)
+            or shapes[reshape.tops[0]] != BlobShape(2, heads * v.head_dim, tokens)
+            or out.params.get_int(9, 0) != heads * v.head_dim):
+        return None
+    gemms = {p.gemm.name for p in (q, k, v)}
+    sliced = cut[q.reshape.bottoms[0]][1] if q.reshape.bottoms[0] in cut else None
+    if sliced is not None and (len(gemms) != 1 or set(sliced.tops) != {p.reshape.bottoms[0] for p in (q, k, v)}):
+        return None  # a Slice whose outputs are not exactly q, k and v stays
+    if sliced is None and len(gemms) != 3:
+        return None
+    return Attention(q, k, v, sliced, scores, tuple(between), weighted, permute, reshape, out, None, heads)
 
 
 def _params(values: dict[int, int]) -> ParamDict:
@@ -205,7 +224,8 @@ def _params(values: dict[int, int]) -> ParamDict:
     return p
 
 
-def _group_sizes(heads: int, per_group: int) -> list[tuple[int, int]]:
+def _head_ranges(heads: int, per_group: int) -> list[tuple[int, int]]:
+    """Each group's heads [a, b)."""
     return [(lo, min(lo + per_group, heads)) for lo in range(0, heads, per_group)]
 
 
@@ -213,7 +233,7 @@ def _groups(a: Attention, per_group: int, shapes: dict[str, BlobShape],
             weights: dict[str, LayerWeights] | None) -> tuple[list[Layer], dict[str, BlobShape], list[LayerWeights]]:
     """The attention as groups of `per_group` heads: layers in run order, the shapes of the blobs they
     write, and (given the Gemms' weights) the groups' weights."""
-    groups = _group_sizes(a.heads, per_group)
+    groups = _head_ranges(a.heads, per_group)
     n = len(groups)
     layers: list[Layer] = []
     new_shapes: dict[str, BlobShape] = {}
@@ -239,14 +259,16 @@ def _groups(a: Attention, per_group: int, shapes: dict[str, BlobShape],
             n_cols = p.gemm.params.get_int(8, 0)
             lo, hi = p.lo + h0 * dim, p.lo + h1 * dim
             name, cols = f"{p.reshape.name}{tag}_gemm", f"{p.reshape.bottoms[0]}{tag}"
-            layers.append(Layer("Gemm", name, [copy_of(p.gemm.bottoms[0])], [cols], sub_layer_params(p.gemm, hi - lo, n_cols)))
+            layers.append(Layer("Gemm", name, [copy_of(p.gemm.bottoms[0])], [cols],
+                                sub_layer_params(p.gemm, hi - lo, n_cols)))
             new_shapes[cols] = BlobShape(2, hi - lo, tokens)
             if weights is not None:
                 group_weights.append(LayerWeights(name, 0, sub_layer(p.gemm, weights[p.gemm.name], lo, hi, n_cols)[1]))
             shaped, permuted = f"{p.reshape.tops[0]}{tag}", f"{p.permute.tops[0]}{tag}"
             layers.append(Layer("Reshape", f"{p.reshape.name}{tag}", [cols], [shaped],
                                 _params({0: dim, 1: heads, 2: tokens})))
-            layers.append(Layer("Permute", f"{p.permute.name}{tag}", [shaped], [permuted], branch_params(p.permute, {})))
+            layers.append(Layer("Permute", f"{p.permute.name}{tag}", [shaped], [permuted],
+                                branch_params(p.permute, {})))
             new_shapes[shaped] = BlobShape(3, dim, heads, c=tokens)
             whole = shapes[p.permute.tops[0]]
             new_shapes[permuted] = BlobShape(3, whole.w, whole.h, c=heads)
@@ -319,10 +341,12 @@ class HeadSplit:
 
 
 def _macs(a: Attention, shapes: dict[str, BlobShape]) -> int:
-    tokens = shapes[a.q.reshape.tops[0]].c
-    projected = sum(p.hi - p.lo for p in a.projections) * a.q.gemm.params.get_int(9, 0) * tokens
-    attended = a.heads * tokens * shapes[a.k.reshape.tops[0]].c * (a.q.head_dim + a.v.head_dim)
-    return projected + attended + tokens * a.out.params.get_int(9, 0) * a.out.params.get_int(8, 0)
+    """The attention's multiply-adds: projections, the two MatMuls, the output projection."""
+    def tokens(p: Projection) -> int:
+        return shapes[p.reshape.tops[0]].c
+    projected = sum((p.hi - p.lo) * p.gemm.params.get_int(9, 0) * tokens(p) for p in a.projections)
+    attended = a.heads * tokens(a.q) * tokens(a.k) * (a.q.head_dim + a.v.head_dim)
+    return projected + attended + tokens(a.q) * a.out.params.get_int(9, 0) * a.out.params.get_int(8, 0)
 
 
 def options(graph: Graph, shapes: dict[str, BlobShape], target: Target) -> list[HeadSplit]:
@@ -339,10 +363,10 @@ def options(graph: Graph, shapes: dict[str, BlobShape], target: Target) -> list[
         if not split:
             continue
         param, _, new_shapes = _rewrite(NcnnParam(graph.order), ModelBin([]), shapes, split, per_group)
-        analyses = analyze(Graph.build(param), new_shapes)
-        needs = {a.layer.name: layer_need(a, target) for a in analyses}
-        adds = sum((len(_group_sizes(a.heads, per_group)) - 1) * shapes[a.out.tops[0]].numel for a in split)
+        needs = {a.layer.name: layer_need(a, target) for a in analyze(Graph.build(param), new_shapes)}
+        inserted = set(needs) - {layer.name for layer in graph.order}  # the groups' layers, not an earlier split's
+        adds = sum((len(_head_ranges(a.heads, per_group)) - 1) * shapes[a.out.tops[0]].numel for a in split)
         macs = sum(_macs(a, shapes) for a in split)
         result.append(HeadSplit(tuple(a.out.name for a in split), per_group, (macs + adds) / macs,
-                                max(needs.values()), max(n for name, n in needs.items() if MARK in name)))
+                                max(needs.values()), max(needs[name] for name in inserted)))
     return result
