@@ -30,7 +30,6 @@ from typing import Callable
 from ..analysis import analyze
 from ..ncnn_model import BlobShape, Graph, Layer, LayerWeights, ModelBin, NcnnParam
 from ..ncnn_model.graph import Residual
-from ..ncnn_model.param import ParamDict
 from .columns import sliced_gemms
 from .hidden import BRANCHES, branch_params, down_records, plain_gemm
 from .policy import layer_need
@@ -217,13 +216,6 @@ def _attention(graph: Graph, shapes: dict[str, BlobShape], scores: Layer, only_r
     return Attention(q, k, v, sliced, scores, tuple(between), weighted, permute, reshape, out, None, heads)
 
 
-def _params(values: dict[int, int]) -> ParamDict:
-    p = ParamDict()
-    for key, value in values.items():
-        p.set(key, value)
-    return p
-
-
 def _head_ranges(heads: int, per_group: int) -> list[tuple[int, int]]:
     """Each group's heads [a, b)."""
     return [(lo, min(lo + per_group, heads)) for lo in range(0, heads, per_group)]
@@ -266,7 +258,7 @@ def _groups(a: Attention, per_group: int, shapes: dict[str, BlobShape],
                 group_weights.append(LayerWeights(name, 0, sub_layer(p.gemm, weights[p.gemm.name], lo, hi, n_cols)[1]))
             shaped, permuted = f"{p.reshape.tops[0]}{tag}", f"{p.permute.tops[0]}{tag}"
             layers.append(Layer("Reshape", f"{p.reshape.name}{tag}", [cols], [shaped],
-                                _params({0: dim, 1: heads, 2: tokens})))
+                                branch_params(p.reshape, {0: dim, 1: heads, 2: tokens})))
             layers.append(Layer("Permute", f"{p.permute.name}{tag}", [shaped], [permuted],
                                 branch_params(p.permute, {})))
             new_shapes[shaped] = BlobShape(3, dim, heads, c=tokens)
@@ -286,7 +278,8 @@ def _groups(a: Attention, per_group: int, shapes: dict[str, BlobShape],
         layers.append(Layer("Permute", f"{a.permute.name}{tag}", [renamed[a.weighted.tops[0]]], [back],
                             branch_params(a.permute, {})))
         new_shapes[back] = BlobShape(3, dim, heads, c=tokens)
-        layers.append(Layer("Reshape", f"{a.reshape.name}{tag}", [back], [flat], _params({0: heads * dim, 1: tokens})))
+        layers.append(Layer("Reshape", f"{a.reshape.name}{tag}", [back], [flat],
+                            branch_params(a.reshape, {0: heads * dim, 1: tokens})))
         new_shapes[flat] = BlobShape(2, heads * dim, tokens)
         out_i, part = f"{a.out.name}{tag}", f"{a.out.tops[0]}{MARK}_part{i}"
         # the output projection's bias (constant C) is added once, by the first group
