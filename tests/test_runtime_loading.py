@@ -9,7 +9,7 @@ import json
 import mmap
 import os
 import subprocess
-import tempfile
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -179,17 +179,24 @@ def test_direct_io_reports_a_truncated_bin(direct_folder: Path) -> None:
         session.run({"data": m.x})
 
 
+# a shell in a user and mount namespace of its own (no privilege needed, the host's mounts untouched)
+# with a ramfs on $1, which has never taken O_DIRECT (tmpfs has since Linux 6.6), the model copied
+# from $2 into it, running the rest of its arguments there
+IN_RAMFS = ("unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+            'mount -t ramfs ramfs "$1" && cp -R "$2"/. "$1" && shift 2 && exec "$@"', "sh")
+
+
 def test_direct_io_on_a_file_system_that_refuses_it_names_the_file(tmp_path: Path) -> None:
-    shm = Path("/dev/shm")
-    fs = subprocess.run(["stat", "-f", "-c", "%T", str(shm)], capture_output=True, text=True).stdout.strip()
-    if fs != "tmpfs":
-        pytest.skip(f"/dev/shm is not a tmpfs here ({fs or 'missing'})")
-    if direct_io_refusal(shm) is None:
-        pytest.skip(f"this kernel's tmpfs takes O_DIRECT (Linux {os.uname().release}; tmpfs has since 6.6)")
-    with tempfile.TemporaryDirectory(dir=shm) as folder:
-        m, path, _ = direct_case("mlp", Path(folder))
-        with pytest.raises(UserError, match=f"{m.bin} with O_DIRECT: its file system refuses direct I/O"):
-            Session(path, direct_io=True)
+    m, path, _ = direct_case("mlp", tmp_path)
+    np.save(path.parent / "in.npy", m.x)
+    ramfs = tmp_path / "ramfs"
+    ramfs.mkdir()
+    probe = subprocess.run([*IN_RAMFS, str(ramfs), str(path.parent), "true"], capture_output=True, text=True)
+    assert probe.returncode == 0, f"cannot mount a ramfs in a namespace of its own: {probe.stderr}"
+    proc = subprocess.run([*IN_RAMFS, str(ramfs), str(path.parent), sys.executable, "-m", "flexnn_ncnn.run",
+                           str(ramfs / path.name), "--input", str(ramfs / "in.npy"), "--direct-io"],
+                          capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    assert_user_error(proc, f"{ramfs / m.bin.name} with O_DIRECT: its file system refuses direct I/O")
 
 
 def test_run_cli_takes_middle_cores_and_direct_io(direct_folder: Path) -> None:
