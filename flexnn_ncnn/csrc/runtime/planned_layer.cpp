@@ -6,6 +6,7 @@
 #include <datareader.h>
 #include <layer_type.h>
 
+#include <cstring>
 #include <utility>
 
 namespace flexnn {
@@ -36,6 +37,53 @@ enum FlagBit : uint32_t
     kAnyPacking = 1u << 7,
     kBatch = 1u << 8,
 };
+
+#if NCNN_BATCH
+// The batch NCNN's Net loops over for a layer that does not take batches: the first batched input's
+// (Net::do_forward_layer), 1 for none
+int batch_of(const std::vector<ncnn::Mat>& blobs)
+{
+    for (const ncnn::Mat& m : blobs)
+        if (m.n > 1)
+            return m.n;
+    return 1;
+}
+
+// Net::do_forward_layer's loop for a layer without batch support: `forward_item` (the layer's forward
+// on item b's bottoms, unbatched inputs whole) once per item, each item's tops copied into tops of
+// the whole batch, made after the first item's; -1 where the batched inputs' counts differ
+template<typename ForwardItem>
+int forward_per_item(const std::vector<ncnn::Mat>& bottoms, std::vector<ncnn::Mat>& tops, int batch, const ncnn::Option& opt,
+                     ForwardItem&& forward_item)
+{
+    for (const ncnn::Mat& m : bottoms)
+        if (m.n > 1 && m.n != batch)
+            return -1;
+    std::vector<ncnn::Mat> whole(tops.size());
+    for (int b = 0; b < batch; b++)
+    {
+        std::vector<ncnn::Mat> item_bottoms(bottoms.size());
+        for (size_t i = 0; i < bottoms.size(); i++)
+            item_bottoms[i] = bottoms[i].n > 1 ? bottoms[i].batch(b) : bottoms[i];
+        std::vector<ncnn::Mat> item_tops(tops.size());
+        int ret = forward_item(item_bottoms, item_tops);
+        if (ret != 0)
+            return ret;
+        for (size_t i = 0; i < tops.size(); i++)
+        {
+            if (b == 0)
+            {
+                whole[i].create_like(item_tops[i], batch, opt.blob_allocator);
+                if (whole[i].empty())
+                    return -100;
+            }
+            memcpy(whole[i].batch(b), item_tops[i], item_tops[i].total() * item_tops[i].elemsize);
+        }
+    }
+    tops = whole;
+    return 0;
+}
+#endif // NCNN_BATCH
 
 } // namespace
 
@@ -99,7 +147,9 @@ void PlannedLayer::set_flags(uint32_t flags)
     support_int8_storage = flags & kInt8;
     support_tensor_storage = flags & kTensorStorage;
     support_any_packing = flags & kAnyPacking;
-    support_batch = flags & kBatch;
+    // the Net hands this layer whole batches: a real layer without batch support runs once per item
+    // within this layer's one step (forward), where the Net would make each item a computation of its own
+    support_batch = NCNN_BATCH || (flags & kBatch);
 }
 
 uint32_t PlannedLayer::loaded_flags() const
@@ -224,22 +274,68 @@ int PlannedLayer::compute(const std::vector<ncnn::Mat>* bottoms, const ncnn::Opt
 
 int PlannedLayer::forward(const std::vector<ncnn::Mat>& bottom_blobs, std::vector<ncnn::Mat>& top_blobs, const ncnn::Option& opt) const
 {
-    return compute(&bottom_blobs, opt, [&](const ncnn::Option& o) { return real_->forward(bottom_blobs, top_blobs, o); });
+    return compute(&bottom_blobs, opt, [&](const ncnn::Option& o) {
+#if NCNN_BATCH
+        const int batch = batch_of(bottom_blobs);
+        if (batch > 1 && !real_->support_batch)
+            return forward_per_item(bottom_blobs, top_blobs, batch, o, [&](const std::vector<ncnn::Mat>& b, std::vector<ncnn::Mat>& t) {
+                return real_->forward(b, t, o);
+            });
+#endif
+        return real_->forward(bottom_blobs, top_blobs, o);
+    });
 }
 
 int PlannedLayer::forward(const ncnn::Mat& bottom_blob, ncnn::Mat& top_blob, const ncnn::Option& opt) const
 {
-    return compute(nullptr, opt, [&](const ncnn::Option& o) { return real_->forward(bottom_blob, top_blob, o); });
+    return compute(nullptr, opt, [&](const ncnn::Option& o) {
+#if NCNN_BATCH
+        if (bottom_blob.n > 1 && !real_->support_batch)
+        {
+            std::vector<ncnn::Mat> tops(1);
+            int ret = forward_per_item({bottom_blob}, tops, bottom_blob.n, o, [&](const std::vector<ncnn::Mat>& b, std::vector<ncnn::Mat>& t) {
+                return real_->forward(b[0], t[0], o);
+            });
+            top_blob = tops[0];
+            return ret;
+        }
+#endif
+        return real_->forward(bottom_blob, top_blob, o);
+    });
 }
 
 int PlannedLayer::forward_inplace(std::vector<ncnn::Mat>& bottom_top_blobs, const ncnn::Option& opt) const
 {
-    return compute(&bottom_top_blobs, opt, [&](const ncnn::Option& o) { return real_->forward_inplace(bottom_top_blobs, o); });
+    return compute(&bottom_top_blobs, opt, [&](const ncnn::Option& o) {
+#if NCNN_BATCH
+        // the Net runs a layer without batch support out of place on batches, whatever it supports
+        const int batch = batch_of(bottom_top_blobs);
+        if (batch > 1 && !real_->support_batch)
+            return forward_per_item(std::vector<ncnn::Mat>(bottom_top_blobs), bottom_top_blobs, batch, o,
+                                    [&](const std::vector<ncnn::Mat>& b, std::vector<ncnn::Mat>& t) { return real_->forward(b, t, o); });
+#endif
+        return real_->forward_inplace(bottom_top_blobs, o);
+    });
 }
 
 int PlannedLayer::forward_inplace(ncnn::Mat& bottom_top_blob, const ncnn::Option& opt) const
 {
-    return compute(nullptr, opt, [&](const ncnn::Option& o) { return real_->forward_inplace(bottom_top_blob, o); });
+    return compute(nullptr, opt, [&](const ncnn::Option& o) {
+#if NCNN_BATCH
+        if (bottom_top_blob.n > 1 && !real_->support_batch)
+        {
+            for (int b = 0; b < bottom_top_blob.n; b++)
+            {
+                ncnn::Mat item = bottom_top_blob.batch(b);
+                int ret = real_->forward_inplace(item, o);
+                if (ret != 0)
+                    return ret;
+            }
+            return 0;
+        }
+#endif
+        return real_->forward_inplace(bottom_top_blob, o);
+    });
 }
 
 } // namespace flexnn

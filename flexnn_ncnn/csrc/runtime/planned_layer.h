@@ -64,7 +64,9 @@ public:
 // load_model from a ModelBin, create_pipeline, all on the calling thread, so Mats created without
 // an allocator land wherever that thread's default allocator (ncnn_patches/0001) puts them, and
 // transformed weights come from (or go to) the thread's store (ncnn_patches/0003).
-// forward delegates to the real layer between the hooks. NCNN reads this layer's flags before
+// forward delegates to the real layer between the hooks; a batched input (NCNN_BATCH) of a real layer
+// without batch support runs once per item there, as NCNN's Net would run it, within this one step.
+// NCNN reads this layer's flags before
 // forward, possibly before the load: they are set once (set_flags) and every load must give the
 // same ones.
 class PlannedLayer : public ncnn::Layer
