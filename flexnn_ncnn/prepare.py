@@ -277,6 +277,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.output or args.param.with_name(args.param.name.removesuffix(".param").removesuffix(".flexnn") + sidecar.SUFFIX)
     options = RuntimeOptions(threads=args.threads, fp16=not args.no_fp16, pretransform=not args.no_pretransform,
                              map_weights=args.map_weights)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)  # as slice makes its -o folder
+    except OSError as e:
+        raise UserError(f"cannot make {out.parent}: {e.strerror or e}") from None
     content = prepare_model(args.param, bin_path, budget, shapes, options, transformed=transformed_path_for(out))
     write_plan_file(content, out)
     print(f"budget {format_size(content.plan.budget)}: arena {format_size(content.plan.arena_bytes + planning.ARENA_MARGIN)}, plan {out}")

@@ -288,6 +288,9 @@ def test_prepare_cli_writes_a_plan_the_session_runs(tmp_path: Path) -> None:
     plan = tmp_path / "mlp.flexnn.plan.json"
     assert str(plan) in proc.stdout and "budget 10,000,000 B" in proc.stdout
     assert_close(Session(plan).run({"data": x})["output"], stock_output(param, bin_, x))
+    elsewhere = tmp_path / "new" / "folder" / "mlp.flexnn.plan.json"  # its folder made, as slice -o makes its own
+    assert run_module("prepare", str(param), "--budget", "10MB", "-o", str(elsewhere)).returncode == 0
+    assert_close(Session(elsewhere).run({"data": x})["output"], stock_output(param, bin_, x))
 
 
 def test_two_computing_threads_at_the_tightest_budget(tmp_path: Path) -> None:
