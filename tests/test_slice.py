@@ -24,7 +24,7 @@ from helpers import assert_same_detections, assert_user_error, run_module
 from flexnn_ncnn import Session
 from flexnn_ncnn import slice as slice_cli
 from flexnn_ncnn.cli import UserError, run_main
-from flexnn_ncnn.ncnn_model import (Graph, ModelBin, infer_shapes, parse_input_shape, read_bin, read_param)
+from flexnn_ncnn.ncnn_model import (Graph, ModelBin, NcnnParam, infer_shapes, parse_input_shape, read_bin, read_param)
 from flexnn_ncnn.ncnn_model.stock import run_stock
 from flexnn_ncnn.prepare import RuntimeOptions, prepare_model, write_plan_file
 from flexnn_ncnn.slicing import KERNEL_CODES, KERNEL_PARAM_ID, TILES_PARAM_ID, Target, slice_model, slicer
@@ -344,4 +344,32 @@ def test_cli_user_errors_exit_2_with_one_line(case, message, small_model, tmp_pa
     shape = "1,three,3" if case == "bad input shape" else "1,64"
     proc = run_module("slice", str(param), "--budget", budget, "--input-shape", shape, "-o", str(tmp_path / "out"))
     assert_user_error(proc, message)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+# pnnx's export of torch.stack along the batch axis (it warns "not supported"): a Concat along axis
+# -233, on which stock NCNN itself divides by zero
+NCNN_CRASHES = """7767517
+9 10
+Input        in0      0 1 in0
+Convolution  conv     1 1 in0 1 0=16 1=3 11=3 12=1 13=1 14=1 2=1 3=1 4=1 5=1 6=432 9=1
+Slice        split    1 2 1 2 3 -23300=2,8,-233 1=1
+Concat       stack    2 1 2 3 4 0=-233
+Reduction    mean     1 1 4 5 0=3 1=0 -23303=2,2,3 4=0 5=1
+Squeeze      squeeze  1 1 5 6 -23303=1,0
+InnerProduct fc       1 1 6 7 0=16 1=1 2=256
+Softmax      softmax  1 1 7 8 0=0 1=1
+Reduction    sum      1 1 8 out0 0=0 1=0 -23303=0 4=0 5=1
+"""
+
+
+def test_a_model_stock_ncnn_crashes_on_is_refused_in_one_line(tmp_path):
+    """slice first runs stock NCNN (the blob shapes) in a child process: its crash names the signal."""
+    from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
+    param = NcnnParam.parse(NCNN_CRASHES)
+    (tmp_path / "m.param").write_text(param.format())
+    (tmp_path / "m.bin").write_bytes(random_modelbin(param, seed=0).to_bytes())
+    proc = run_module("slice", str(tmp_path / "m.param"), "--budget", "min", "--input-shape", "1,3,16,16",
+                      "-o", str(tmp_path / "out"))
+    assert_user_error(proc, "stock NCNN crashed (SIGFPE) running the model to measure its blob shapes")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -155,7 +155,7 @@ def infer_shapes(param: NcnnParam, graph: Graph, inputs: dict[str, BlobShape],
         return hints
     log.info("blob shapes measured by running stock NCNN")
     from .random_weights import random_modelbin
-    from .stock import run_stock
+    from .stock import run_stock_isolated
     rng = np.random.default_rng(0)
     feeds = {name: rng.standard_normal(s.numpy()).astype(np.float32) for name, s in inputs.items()}
     with tempfile.TemporaryDirectory(prefix="flexnn-shapes-") as tmp:
@@ -167,7 +167,7 @@ def infer_shapes(param: NcnnParam, graph: Graph, inputs: dict[str, BlobShape],
                 random_modelbin(param, seed=0).write(f)
         blobs = [b for b in graph.producer if b not in inputs]
         element_bytes: dict[str, int] = {}
-        out = run_stock(param_path, bin_path, feeds, blobs, element_bytes=element_bytes)
+        out = run_stock_isolated(param_path, bin_path, feeds, blobs, element_bytes, " to measure its blob shapes")
     shapes = dict(inputs)
     # an int8 blob is costed at a byte an element; every other one as fp32, as NCNN's fp32 run stores it
     shapes.update({b: BlobShape.from_numpy(a.shape, 1 if element_bytes.get(b) == 1 else 4) for b, a in out.items()})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -10,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..cli import UserError
+from ..cli import UserError, child_error, run_main
 
 
 def _ncnn():
@@ -82,6 +84,39 @@ def run_stock(param_path: str | Path, bin_path: str | Path, inputs: dict[str, np
     return out
 
 
+def run_stock_isolated(param_path: str | Path, bin_path: str | Path, inputs: dict[str, np.ndarray], blobs: Sequence[str],
+                       element_bytes: dict[str, int] | None = None, purpose: str = "") -> dict[str, np.ndarray]:
+    """run_stock (fp32) in a child process: a model NCNN itself crashes on (a layer pnnx wrote that
+    divides by zero, e.g. a Concat along axis -233) is a UserError naming the signal and `purpose`,
+    not the end of this process. Arrays go both ways through .npz files, by position (blob names
+    need not be file names)."""
+    with tempfile.TemporaryDirectory(prefix="flexnn-stock-") as tmp:
+        feeds, results = Path(tmp) / "inputs.npz", Path(tmp) / "outputs.npz"
+        np.savez(feeds, *inputs.values(), names=np.array(list(inputs), dtype=str))
+        proc = subprocess.run([sys.executable, "-m", "flexnn_ncnn.ncnn_model.stock", str(param_path), str(bin_path),
+                               str(feeds), str(results), *blobs], capture_output=True, text=True)
+        if proc.returncode < 0:
+            raise UserError(f"stock NCNN crashed ({signal.Signals(-proc.returncode).name}) running the model{purpose}: "
+                            "NCNN cannot run it as written; re-export it")
+        if proc.returncode != 0:
+            raise UserError(child_error(proc))
+        with np.load(results) as out:
+            if element_bytes is not None:
+                element_bytes.update(zip(blobs, (int(b) for b in out["element_bytes"])))
+            return {name: out[f"arr_{i}"] for i, name in enumerate(blobs)}
+
+
+def _run_child(argv: Sequence[str] | None = None) -> int:
+    """PARAM BIN INPUTS.npz OUTPUTS.npz BLOB...: run_stock_isolated's child."""
+    param_path, bin_path, feeds, results, *blobs = sys.argv[1:] if argv is None else argv
+    with np.load(feeds) as given:
+        inputs = {str(name): given[f"arr_{i}"] for i, name in enumerate(given["names"])}
+    element_bytes: dict[str, int] = {}
+    out = run_stock(param_path, bin_path, inputs, blobs, element_bytes=element_bytes)
+    np.savez(results, *(out[b] for b in blobs), element_bytes=np.array([element_bytes.get(b, 4) for b in blobs]))
+    return 0
+
+
 def input_mat(ncnn: Any, array: np.ndarray) -> Any:
     """`array` copied into a Mat NCNN laid out itself. ncnn.Mat(array) wraps the array with its channels packed
     back to back, while Mat::channel_range (Crop, Slice) steps channels by NCNN's 16-byte aligned stride: a
@@ -96,3 +131,7 @@ def output_array(mat: Any) -> np.ndarray:
     """A copy of an extracted blob (an ncnn.Mat); an empty Mat (e.g. DetectionOutput with no detection) has no buffer
     to convert (numpy reads through a null pointer): an empty array."""
     return np.zeros((0,), np.float32) if mat.empty() else np.array(mat, dtype=np.float32, copy=True)
+
+
+if __name__ == "__main__":
+    sys.exit(run_main(_run_child))
