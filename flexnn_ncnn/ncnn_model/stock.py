@@ -108,7 +108,11 @@ def run_stock_isolated(param_path: str | Path, bin_path: str | Path, inputs: dic
 
 def _run_child(argv: Sequence[str] | None = None) -> int:
     """PARAM BIN INPUTS.npz OUTPUTS.npz BLOB...: run_stock_isolated's child."""
-    param_path, bin_path, feeds, results, *blobs = sys.argv[1:] if argv is None else argv
+    args = sys.argv[1:] if argv is None else list(argv)
+    if len(args) < 5:
+        raise UserError("usage: python -m flexnn_ncnn.ncnn_model.stock PARAM BIN INPUTS.npz OUTPUTS.npz BLOB... "
+                        "(run_stock_isolated's child)")
+    param_path, bin_path, feeds, results, *blobs = args
     with np.load(feeds) as given:
         inputs = {str(name): given[f"arr_{i}"] for i, name in enumerate(given["names"])}
     element_bytes: dict[str, int] = {}
