@@ -155,7 +155,7 @@ def infer_shapes(param: NcnnParam, graph: Graph, inputs: dict[str, BlobShape],
         return hints
     log.info("blob shapes measured by running stock NCNN")
     from .random_weights import random_modelbin
-    from .stock import run_stock_isolated
+    from .stock import blob_shapes_isolated
     rng = np.random.default_rng(0)
     feeds = {name: rng.standard_normal(s.numpy()).astype(np.float32) for name, s in inputs.items()}
     with tempfile.TemporaryDirectory(prefix="flexnn-shapes-") as tmp:
@@ -166,9 +166,8 @@ def infer_shapes(param: NcnnParam, graph: Graph, inputs: dict[str, BlobShape],
             with open(bin_path, "wb") as f:
                 random_modelbin(param, seed=0).write(f)
         blobs = [b for b in graph.producer if b not in inputs]
-        element_bytes: dict[str, int] = {}
-        out = run_stock_isolated(param_path, bin_path, feeds, blobs, element_bytes, " to measure its blob shapes")
+        measured = blob_shapes_isolated(param_path, bin_path, feeds, blobs, " to measure its blob shapes")
     shapes = dict(inputs)
     # an int8 blob is costed at a byte an element; every other one as fp32, as NCNN's fp32 run stores it
-    shapes.update({b: BlobShape.from_numpy(a.shape, 1 if element_bytes.get(b) == 1 else 4) for b, a in out.items()})
+    shapes.update({b: BlobShape.from_numpy(shape, 1 if size == 1 else 4) for b, (shape, size) in measured.items()})
     return shapes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -84,40 +85,45 @@ def run_stock(param_path: str | Path, bin_path: str | Path, inputs: dict[str, np
     return out
 
 
-def run_stock_isolated(param_path: str | Path, bin_path: str | Path, inputs: dict[str, np.ndarray], blobs: Sequence[str],
-                       element_bytes: dict[str, int] | None = None, purpose: str = "") -> dict[str, np.ndarray]:
-    """run_stock (fp32) in a child process: a model NCNN itself crashes on (a layer pnnx wrote that
-    divides by zero, e.g. a Concat along axis -233) is a UserError naming the signal and `purpose`,
-    not the end of this process. Arrays go both ways through .npz files, by position (blob names
-    need not be file names)."""
+def blob_shapes_isolated(param_path: str | Path, bin_path: str | Path, inputs: dict[str, np.ndarray], blobs: Sequence[str],
+                         purpose: str = "") -> dict[str, tuple[tuple[int, ...], int]]:
+    """Each of `blobs` after feeding `inputs` to stock NCNN (fp32): its numpy shape (run_stock's) and
+    its bytes per element as stored, run in a child process: a model NCNN itself crashes on (a layer
+    pnnx wrote that divides by zero, e.g. a Concat along axis -233) is a UserError naming the signal
+    and `purpose`, not the end of this process. The request (inputs by position, their names, the
+    blobs) goes through an .npz file, the answer through a JSON one."""
     with tempfile.TemporaryDirectory(prefix="flexnn-stock-") as tmp:
-        feeds, results = Path(tmp) / "inputs.npz", Path(tmp) / "outputs.npz"
-        np.savez(feeds, *inputs.values(), names=np.array(list(inputs), dtype=str))
+        request, answer = Path(tmp) / "request.npz", Path(tmp) / "answer.json"
+        np.savez(request, *inputs.values(), names=np.array(list(inputs), dtype=str), blobs=np.array(list(blobs), dtype=str))
         proc = subprocess.run([sys.executable, "-m", "flexnn_ncnn.ncnn_model.stock", str(param_path), str(bin_path),
-                               str(feeds), str(results), *blobs], capture_output=True, text=True)
+                               str(request), str(answer)], capture_output=True, text=True)
         if proc.returncode < 0:
-            raise UserError(f"stock NCNN crashed ({signal.Signals(-proc.returncode).name}) running the model{purpose}: "
-                            "NCNN cannot run it as written; re-export it")
+            number = -proc.returncode
+            name = signal.Signals(number).name if number in set(signal.Signals) else f"signal {number}"
+            if number in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+                raise UserError(f"stock NCNN was stopped ({name}) running the model{purpose}")
+            raise UserError(f"stock NCNN crashed ({name}) running the model{purpose}: NCNN cannot run it as written; "
+                            "re-export it")
         if proc.returncode != 0:
-            raise UserError(child_error(proc))
-        with np.load(results) as out:
-            if element_bytes is not None:
-                element_bytes.update(zip(blobs, (int(b) for b in out["element_bytes"])))
-            return {name: out[f"arr_{i}"] for i, name in enumerate(blobs)}
+            raise UserError(f"stock NCNN running the model{purpose}: {child_error(proc)}")
+        measured = json.loads(answer.read_text())
+    return {b: (tuple(shape), size) for b, shape, size in zip(blobs, measured["shapes"], measured["element_bytes"])}
 
 
 def _run_child(argv: Sequence[str] | None = None) -> int:
-    """PARAM BIN INPUTS.npz OUTPUTS.npz BLOB...: run_stock_isolated's child."""
+    """PARAM BIN REQUEST.npz ANSWER.json: blob_shapes_isolated's child."""
     args = sys.argv[1:] if argv is None else list(argv)
-    if len(args) < 5:
-        raise UserError("usage: python -m flexnn_ncnn.ncnn_model.stock PARAM BIN INPUTS.npz OUTPUTS.npz BLOB... "
-                        "(run_stock_isolated's child)")
-    param_path, bin_path, feeds, results, *blobs = args
-    with np.load(feeds) as given:
+    if len(args) != 4:
+        raise UserError("usage: python -m flexnn_ncnn.ncnn_model.stock PARAM BIN REQUEST.npz ANSWER.json "
+                        "(blob_shapes_isolated's child)")
+    param_path, bin_path, request, answer = args
+    with np.load(request) as given:
         inputs = {str(name): given[f"arr_{i}"] for i, name in enumerate(given["names"])}
+        blobs = [str(b) for b in given["blobs"]]
     element_bytes: dict[str, int] = {}
     out = run_stock(param_path, bin_path, inputs, blobs, element_bytes=element_bytes)
-    np.savez(results, *(out[b] for b in blobs), element_bytes=np.array([element_bytes.get(b, 4) for b in blobs]))
+    Path(answer).write_text(json.dumps({"shapes": [list(out[b].shape) for b in blobs],
+                                        "element_bytes": [element_bytes.get(b, 4) for b in blobs]}))
     return 0
 
 
