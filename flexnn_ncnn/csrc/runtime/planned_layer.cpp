@@ -259,6 +259,11 @@ int PlannedLayer::compute(const std::vector<ncnn::Mat>* bottoms, const ncnn::Opt
     {
         if (!bounded_ || !bounded_->bound.bounded() || !bottoms)
             return hooks_->after_compute(layer_index_, compute(opt));
+#if NCNN_BATCH
+        // its one slot serves one request: items of a batch would each make one, sized by their values
+        if (batch_of(*bottoms) > 1)
+            return hooks_->raised(layer_index_, "a batched input to a layer whose output size depends on values is not supported");
+#endif
         ncnn::Option bounded_opt = opt;
         bounded_opt.blob_allocator = &bounded_->top;
         ret = bounded_->top.reserve(bounded_->bound.max_request_bytes(*bottoms), opt.blob_allocator);
