@@ -6,6 +6,7 @@
 #include <datareader.h>
 #include <layer_type.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -313,11 +314,17 @@ int PlannedLayer::forward_inplace(std::vector<ncnn::Mat>& bottom_top_blobs, cons
 {
     return compute(&bottom_top_blobs, opt, [&](const ncnn::Option& o) {
 #if NCNN_BATCH
-        // the Net runs a layer without batch support out of place on batches, whatever it supports
+        // the Net runs a layer without batch support out of place on batches, whatever it supports,
+        // with as many tops as the layer has; it then reads them from the first bottom_top_blobs
         const int batch = batch_of(bottom_top_blobs);
         if (batch > 1 && !real_->support_batch)
-            return forward_per_item(std::vector<ncnn::Mat>(bottom_top_blobs), bottom_top_blobs, batch, o,
-                                    [&](const std::vector<ncnn::Mat>& b, std::vector<ncnn::Mat>& t) { return real_->forward(b, t, o); });
+        {
+            std::vector<ncnn::Mat> batch_tops(tops.size());
+            int ret = forward_per_item(bottom_top_blobs, batch_tops, batch, o,
+                                       [&](const std::vector<ncnn::Mat>& b, std::vector<ncnn::Mat>& t) { return real_->forward(b, t, o); });
+            std::copy(batch_tops.begin(), batch_tops.end(), bottom_top_blobs.begin());
+            return ret;
+        }
 #endif
         return real_->forward_inplace(bottom_top_blobs, o);
     });
