@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import subprocess
 import sys
 from typing import Callable, Sequence
@@ -32,8 +33,16 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
         return 130
 
 
+def signal_name(number: int) -> str:
+    """SIGSEGV for 11; a signal Python has no name for by its number."""
+    return signal.Signals(number).name if number in set(signal.Signals) else f"signal {number}"
+
+
 def child_error(proc: "subprocess.CompletedProcess[str]") -> str:
-    """The one line a verb run as a child printed for its error (run_main), or its exit code."""
+    """The one line a verb run as a child printed for its error (run_main), the signal that ended it
+    (whatever it printed before is not the reason), or its exit code."""
+    if proc.returncode < 0:
+        return f"it crashed ({signal_name(-proc.returncode)})"
     last = next((l for l in reversed(proc.stderr.splitlines()) if l.strip()), f"exit code {proc.returncode}")
     return last.removeprefix("error: ")
 

@@ -249,6 +249,13 @@ def test_unknown_weighted_layer_type_is_a_user_error():
         ModelBin.parse(param, b"\0" * 64)
 
 
+def test_an_operator_pnnx_left_unconverted_is_named_as_such():
+    """pnnx writes an operator it cannot convert under its torch name (here torch.var): the error says so."""
+    param = NcnnParam.parse("7767517\n2 2\nInput in 0 1 data\ntorch.var torch.var_4 1 1 data out\n")
+    with pytest.raises(UserError, match="'torch.var', an operator the exporter \\(pnnx\\) could not convert"):
+        weight_specs(param.layer("torch.var_4"))
+
+
 def test_bin_with_extra_bytes_is_a_user_error():
     param = NcnnParam.parse("7767517\n2 2\nInput in 0 1 data\nBias b 1 1 data out 0=4\n")
     assert ModelBin.parse(param, bytes(16)).nbytes == 16

@@ -373,3 +373,31 @@ def test_a_model_stock_ncnn_crashes_on_is_refused_in_one_line(tmp_path):
                       "-o", str(tmp_path / "out"))
     assert_user_error(proc, "stock NCNN crashed (SIGFPE) running the model to measure its blob shapes")
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+# pnnx's export of torch.einsum('bij,bkj->bik') with the batch of 1 dropped: the equation keeps three
+# indices for in0, a 2-D blob, so NCNN's Einsum reads past it (stock NCNN gives NaN one run, 1e29 the next)
+NCNN_READS_PAST = """7767517
+6 8
+Input      in0    0 1 in0
+Split      split  1 3 in0 1 2 3
+Reshape    flat   1 1 1 4 6="0w,-1"
+Gemm       gemm   1 1 4 5 10=4 2=0 3=1 4=0 5=1 6=1 7=10 8=24 9=24
+Reshape    back   2 1 5 3 6 6="0w,1h,1c"
+Einsum     einsum 2 1 6 2 out0 -23300=12,105,106,108,44,105,107,108,45,62,105,106,107
+"""
+
+
+@pytest.mark.parametrize("pretransform", [True, False])
+def test_a_model_stock_ncnn_reads_past_is_refused_in_one_line(tmp_path, pretransform):
+    """prepare runs NCNN twice on the same input: a model whose two results differ reads memory it does not hold,
+    and is refused before any plan rests on its profile (it crashed the uncounted-memory run, or was blamed on the
+    pre-transformed weights)."""
+    from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
+    param = NcnnParam.parse(NCNN_READS_PAST)
+    (tmp_path / "m.param").write_text(param.format())
+    (tmp_path / "m.bin").write_bytes(random_modelbin(param, seed=0).to_bytes())
+    proc = run_module("slice", str(tmp_path / "m.param"), "--budget", "10MB", "--input-shape", "1,10,24",
+                      "--threads", "2", *([] if pretransform else ["--no-pretransform"]), "-o", str(tmp_path / "out"))
+    assert_user_error(proc, "NCNN gives the same input two different results", "re-export it")
+    assert not (tmp_path / "out").exists() or not any(p.name.endswith(".plan.json") for p in (tmp_path / "out").iterdir())

@@ -82,8 +82,8 @@ def _run_cli(verb: str, *args: str) -> tuple[float, subprocess.CompletedProcess[
 
 
 def _cli_error(verb: str, proc: subprocess.CompletedProcess[str]) -> str:
-    """The CLI's one-line error (cli.run_main), or its exit code."""
-    return child_error(proc) if proc.stderr.strip() else f"{verb} exited with code {proc.returncode}"
+    """The CLI's one-line error (cli.run_main), the signal it crashed on, or its exit code."""
+    return child_error(proc) if proc.stderr.strip() or proc.returncode < 0 else f"{verb} exited with code {proc.returncode}"
 
 
 def prepare_for(description: dict[str, Any], mode: str, budget: int | str | None, threads: int, fp16: bool,

@@ -253,6 +253,11 @@ def weight_specs(layer: Layer) -> list[WeightSpec]:
     if layer.type in WEIGHTLESS_TYPES:
         return []
     schema = SCHEMAS.get(layer.type)
+    if schema is None and "." in layer.type:
+        # pnnx writes an operator it has no NCNN layer for under its torch name (torch.var, Tensor.slice)
+        raise UserError(f"layer {layer.name}: unknown layer type {layer.type!r}, an operator the exporter (pnnx) could not "
+                        "convert to an NCNN layer, so stock NCNN cannot run the model either: express it with operators "
+                        "it converts and re-export")
     if schema is None:
         raise UserError(f"layer {layer.name}: unknown layer type {layer.type!r}, cannot tell its weight layout")
     try:

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..cli import UserError, child_error, run_main
+from ..cli import UserError, child_error, run_main, signal_name
 
 
 def _ncnn():
@@ -99,7 +99,7 @@ def blob_shapes_isolated(param_path: str | Path, bin_path: str | Path, inputs: d
                                str(request), str(answer)], capture_output=True, text=True)
         if proc.returncode < 0:
             number = -proc.returncode
-            name = signal.Signals(number).name if number in set(signal.Signals) else f"signal {number}"
+            name = signal_name(number)
             if number in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
                 raise UserError(f"stock NCNN was stopped ({name}) running the model{purpose}")
             raise UserError(f"stock NCNN crashed ({name}) running the model{purpose}: NCNN cannot run it as written; "

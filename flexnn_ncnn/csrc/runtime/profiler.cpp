@@ -174,6 +174,12 @@ Status compare_outputs(const NamedMats& a, const NamedMats& b)
             const float* r = y.channel(q);
             for (size_t i = 0; i < (size_t)x.w * x.h * x.d * x.elempack; i++)
             {
+                if (std::isnan(p[i]) || std::isnan(r[i]))
+                {
+                    if (std::isnan(p[i]) != std::isnan(r[i])) // a NaN equals only a NaN
+                        return Status::error("output " + a[k].first + " has a NaN where the other has a number");
+                    continue;
+                }
                 largest = std::max(largest, std::fabs(p[i]));
                 diff = std::max(diff, std::fabs(p[i] - r[i]));
             }
@@ -182,6 +188,25 @@ Status compare_outputs(const NamedMats& a, const NamedMats& b)
             return Status::error("output " + a[k].first + " differs by " + std::to_string(diff));
     }
     return Status();
+}
+
+// run_unrecorded twice: NCNN's kernels give the same input the same output, so a model whose two
+// runs differ reads memory no blob or weight of it holds (a layer given a blob of another rank than
+// it indexes, as some exporters write); `outputs` is the first run's
+Status run_reproducible(Model& model, const NamedMats& inputs, const std::vector<std::string>& output_names,
+                        RecordingHooks& hooks, StepClock& clock, NamedMats& outputs)
+{
+    NamedMats again;
+    Status s = run_unrecorded(model, inputs, output_names, hooks, clock, outputs);
+    if (s.ok())
+        s = run_unrecorded(model, inputs, output_names, hooks, clock, again);
+    if (s.ok())
+        s = compare_outputs(outputs, again);
+    if (!s.ok() && !again.empty())
+        return Status::error("NCNN gives the same input two different results (" + s.message()
+                             + "): a layer reads memory the model does not hold, so NCNN cannot run the model as"
+                               " written; re-export it");
+    return s;
 }
 
 bool has_blob(const ncnn::Net& net, const std::string& name)
@@ -245,7 +270,7 @@ Status prepare_recorded(const std::string& param_path, const std::string& bin_pa
         s = record_transforms(model, load_opt, stock_heap, writer, schedule.ranges);
         if (!s.ok())
             return s;
-        s = run_unrecorded(model, inputs, output_names, hooks, clock, stock_outputs);
+        s = run_reproducible(model, inputs, output_names, hooks, clock, stock_outputs);
         if (!s.ok())
             return s;
         s = zeros.map(writer.largest_skipped());
@@ -276,6 +301,13 @@ Status prepare_recorded(const std::string& param_path, const std::string& bin_pa
         position = reader.position();
         schedule.flags[i] = layer->loaded_flags();
         layer->set_flags(schedule.flags[i]);
+    }
+    if (transformed_path.empty())
+    {
+        NamedMats reproduced;
+        s = run_reproducible(model, inputs, output_names, hooks, clock, reproduced);
+        if (!s.ok())
+            return s;
     }
 
     // one sequential inference
