@@ -1,7 +1,7 @@
 """Run a prepared model under its plan.
 
     python -m flexnn_ncnn.run PLAN.json --input in.npy [--output out.npz] [--loops N] [--budget 60MB]
-        [--loader any|little|middle|big] [--weights mapped|read] [--direct-io] [--json]
+        [--loader any|little|middle|big|computing] [--weights mapped|read] [--direct-io] [--json]
 
 `--json` prints one line of stats: arena bytes, bytes outside the arena, peak RSS over idle, and the
 latency median over the loops (timing figures are for benchmarks, not for pass/fail decisions).
@@ -42,7 +42,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help="write the outputs to this .npz, one array per output blob")
     parser.add_argument("--loops", type=int, default=1, help="inferences to run (default: %(default)s)")
     parser.add_argument("--budget", help="re-plan for this budget instead of the file's plan, e.g. 60MB")
-    parser.add_argument("--loader", choices=("any", "little", "middle", "big"), default="any", help="cores of the loading thread")
+    parser.add_argument("--loader", choices=("any", "little", "middle", "big", "computing"), default="any",
+                        help="cores of the loading thread; computing: none, the computing threads load each layer "
+                             "just before it computes (when every core computes)")
     parser.add_argument("--weights", choices=("mapped", "read"), default=None,
                         help="pre-transformed weights mapped from their file (zero copy) or read into the arena; "
                              "default: as the plan was made (prepare --map-weights)")

@@ -49,7 +49,9 @@ class Session:
 
     `budget` (bytes) re-plans the stored profile instead of using the file's plan; `threads` must
     equal the plan's (it is checked, not changed). `loader`: the loading thread's cores (any, little,
-    middle, big). `overlap_loading=False` makes each layer's load also wait for the previous layer's
+    middle, big), or `computing`: no loading thread, each layer loaded by the computing thread just
+    before it computes, its large reads split among the computing threads (for a machine whose every
+    core computes: a loading thread would take a core from them mid-layer). `overlap_loading=False` makes each layer's load also wait for the previous layer's
     computation: no loading overlaps computing (On-Demand). `static_arena=False` (the ablation
     w.o.mem) runs the same plan without the arena: every buffer a heap block allocated when requested
     and freed when released, all counted outside the arena. `direct_io=True` reads the .bin with

@@ -45,6 +45,15 @@ def test_with_mapped_weights_every_fault_ends_in_an_error_and_the_next_run_equal
     inject(build, model, "min", tmp_path, "map_weights=1")
 
 
+@pytest.mark.parametrize("model", ["convfc", "mlp"])
+@pytest.mark.parametrize("build", sorted(BUILDS))
+def test_with_computing_threads_loading_every_fault_ends_in_an_error_and_the_next_run_equals_stock(build: str, model: str,
+                                                                                                 tmp_path: Path) -> None:
+    """loader=computing at the tightest budget: a load that fails on the computing thread, before the layer
+    it loads for computes, ends the run (no thread is left waiting for it), and the next run loads again."""
+    inject(build, model, "min", tmp_path, "loader=computing")
+
+
 def inject(build: str, model: str, budget: str, tmp_path: Path, *extra: str) -> None:
     param, bin_, x = WRITERS[model](tmp_path)
     np.save(tmp_path / "in.npy", x)

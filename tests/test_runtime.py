@@ -92,6 +92,23 @@ def write_mlp(folder: Path) -> tuple[Path, Path, np.ndarray]:
 
 WRITERS = {"convfc": smoke_model.write, "residual": write_residual, "mlp": write_mlp}
 
+# two InnerProducts, fc1's weights 2 MiB raw (1 MiB as fp16): records large enough that computing
+# threads split their reads (loader="computing")
+WIDE_PARAM = """7767517
+3 3
+Input            data   0 1 data 0=512
+InnerProduct     fc1    1 1 data h1 0=1024 1=1 2=524288 9=1
+InnerProduct     fc2    1 1 h1 output 0=10 1=1 2=10240
+"""
+
+
+def write_wide(folder: Path, seed: int = 3) -> tuple[Path, Path, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    param, bin_ = folder / "wide.param", folder / "wide.bin"
+    param.write_text(WIDE_PARAM)
+    bin_.write_bytes(_flagged(rng, 524288) + _floats(rng, 1024) + _flagged(rng, 10240) + _floats(rng, 10))
+    return param, bin_, rng.standard_normal(512).astype(np.float32)
+
 
 @pytest.fixture(scope="module", params=sorted(WRITERS))
 def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ModelCase:

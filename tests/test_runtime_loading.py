@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flexnn_ncnn import Session, native, planning
+from flexnn_ncnn import Session, native, planning, sidecar
 from flexnn_ncnn.cli import UserError
 from helpers import assert_counted_within_budget, assert_user_error, built, run_module, stock_output
-from test_runtime import WRITERS, ModelCase, assert_close, budgets_for, prepared, write_mlp
+from flexnn_ncnn.prepare import RuntimeOptions, prepare_model, write_plan_file
+from test_runtime import WRITERS, ModelCase, assert_close, budgets_for, prepared, write_mlp, write_wide
 from test_runtime_bench import QEMU_A72
 
 WINDOW_MAX = (1 << 20) + 4096  # the O_DIRECT window's most: 1 MiB, plus alignment slack
@@ -88,8 +89,51 @@ def test_loader_on_middle_cores_changes_no_output(mlp: tuple[ModelCase, Path, di
 
 
 def test_an_unknown_loader_is_refused(mlp: tuple[ModelCase, Path, dict[str, int]]) -> None:
-    with pytest.raises(UserError, match="any, little, middle or big, not 'medium'"):
+    with pytest.raises(UserError, match="any, little, middle, big or computing, not 'medium'"):
         Session(mlp[1], loader="medium")
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["pretransformed", "raw"])
+def wide(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[ModelCase, Path, dict[str, int]]:
+    folder = tmp_path_factory.mktemp("wide")
+    param, bin_, x = write_wide(folder)
+    m = ModelCase("wide", param, bin_, x, stock_output(param, bin_, x))
+    content = prepare_model(param, bin_, 1 << 30, options=RuntimeOptions(threads=2, pretransform=request.param))
+    path = folder / f"wide{sidecar.SUFFIX}"
+    write_plan_file(content, path)
+    return m, path, budgets_for(content)
+
+
+@pytest.mark.parametrize("label", ["tightest", "middle", "generous"])
+def test_computing_threads_load_each_layer_without_a_loading_thread(wide: tuple[ModelCase, Path, dict[str, int]],
+                                                                    label: str) -> None:
+    """loader="computing": no loading thread ran (its CPU time is 0), the streamed layers were still loaded
+    every run, their large reads split between the 2 computing threads; outputs equal stock NCNN."""
+    m, path, budgets = wide
+    session = Session(path, budget=budgets[label], loader="computing")
+    for _ in range(3):
+        assert_close(session.run({"data": m.x})["output"], m.ref)
+    stats = session.stats()
+    assert stats["loader_cpu_us"] == [0.0] * 3
+    if label == "tightest":
+        assert min(stats["loaded_layers"]) >= 2, stats["loaded_layers"]
+    assert_counted_within_budget(stats)
+
+
+def test_computing_threads_report_a_truncated_bin(tmp_path: Path) -> None:
+    """A split read whose second part comes up short ends the inference naming the file and the byte where
+    it ended: the bytes read are the leading ones, not every part's added up."""
+    param, bin_, x = write_wide(tmp_path, seed=4)
+    content = prepare_model(param, bin_, 1 << 30, options=RuntimeOptions(threads=2, pretransform=False))
+    path = tmp_path / f"wide{sidecar.SUFFIX}"
+    write_plan_file(content, path)
+    session = Session(path, budget=budgets_for(content)["tightest"], loader="computing")
+    assert_close(session.run({"data": x})["output"], stock_output(param, bin_, x))
+    end = 4 + 3 * (1 << 19)  # fc1's flag, then three quarters of its 2 MiB: the second half comes up short
+    with open(bin_, "r+b") as f:
+        f.truncate(end)
+    with pytest.raises(UserError, match=f"{bin_} ended at byte {end},"):
+        session.run({"data": x})
 
 
 def direct_io_refusal(folder: Path) -> str | None:
@@ -229,3 +273,22 @@ def test_bench_with_middle_cores_and_direct_io_matches_stock(runner: list[str], 
     report = json.loads(proc.stdout)
     assert_close(np.load(folder / "out.npy"), stock_output(param, bin_, x))
     assert 0 < report["outside_arena_bytes"] and report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
+
+
+def test_the_benchmark_runs_computing_threads_loading(tmp_path: Path) -> None:
+    """`bench --modes flexnn-computing`: the same slicing as `flexnn`, no loading thread (its CPU time 0 on
+    every timed run); both equal stock NCNN."""
+    from flexnn_ncnn.models import generate
+    model = generate("squeezenet", tmp_path / "models", seed=0, tiny=True)
+    proc = run_module("bench", "--model", str(model), "--baselines", "ncnn-default", "--budgets", "12MB", "--threads", "2",
+                      "--modes", "flexnn,flexnn-computing", "--warmup", "0", "--loops", "2", "--rounds", "1",
+                      "-o", str(tmp_path), "--results-md", str(tmp_path / "RESULTS.md"))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "squeezenet.results.json").read_text())
+    by_name = {s["config"]: s for s in data["summaries"]}
+    assert list(by_name) == ["ncnn-default", "flexnn@12MB", "flexnn-computing@12MB"]
+    for name, s in by_name.items():
+        assert s["ok"] and s["max_rel_error"] <= 1e-4, (name, s["errors"])
+    records = {run["config"]: run["record"] for run in data["runs"]}
+    assert records["flexnn-computing@12MB"]["loader_cpu_ms"] == [0.0, 0.0]
+    assert min(records["flexnn@12MB"]["loader_cpu_ms"]) > 0

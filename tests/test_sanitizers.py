@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import built
-from test_runtime import WRITERS
+from test_runtime import WRITERS, write_wide
 from test_runtime_bench import stress
 from test_value_dependent import YOLOV3, seeded_input, write_model
 
@@ -33,6 +33,17 @@ def test_direct_io_and_middle_cores_under_a_sanitizer_report_nothing(sanitizer: 
     """The O_DIRECT window's aligned reads and copies, and the loader's pinning, in pipelined runs."""
     program = built(f"host-{sanitizer}", "native", "tests_native", "runtime_stress")
     report = stress([], program, tmp_path, 2, 200, WRITERS["residual"], "direct_io=1", "loader=middle")
+    assert report["inferences"] == 200 and report["budgets"] == 3
+
+
+@pytest.mark.parametrize("sanitizer", ["tsan", "asan"])
+@pytest.mark.parametrize("pretransform", [True, False], ids=["pretransformed", "raw"])
+def test_computing_threads_loading_under_a_sanitizer_report_nothing(sanitizer: str, pretransform: bool, tmp_path: Path) -> None:
+    """loader=computing: no loading thread; the computing thread loads each layer before it computes, its
+    large reads (the wide model's 2 MiB fc1, raw and pre-transformed) split among the OpenMP team of 2."""
+    program = built(f"host-{sanitizer}", "native", "tests_native", "runtime_stress")
+    report = stress([], program, tmp_path, 2, 200, write_wide, "loader=computing", pretransform=pretransform,
+                    budgets=("min", "6000000", "100000000"))
     assert report["inferences"] == 200 and report["budgets"] == 3
 
 

@@ -17,7 +17,7 @@
 //     transformed=FILE  where prepare writes the layers' pre-transformed weights, which every load
 //                       then reads instead of transforming (default: MODEL.transformed beside the
 //                       .param); transformed=0: layers transform their raw weights on every load
-//     loops=8 warmup=4 threads=1 loader=any|little|middle|big input=data output=output
+//     loops=8 warmup=4 threads=1 loader=any|little|middle|big|computing input=data output=output
 //
 // Output: {"mode", "budget", "latency_us": {"min", "median", "max"}, "arena_bytes", "outside_arena_bytes",
 // "uncounted_rss_bytes", "vm_hwm_minus_idle_bytes", "load_wait_us_median"}; uncounted_rss_bytes: what the
@@ -84,7 +84,7 @@ int main(int argc, char** argv)
     flexnn::fix_malloc_thresholds(); // before anything measured allocates: runtime/heap_policy.h
     if (argc < 4)
         return fail("usage: flexnn-bench MODEL.param MODEL.bin INPUT.npy [budget=BYTES|min mode=flexnn|ondemand|stock|direct "
-                    "loops=8 warmup=4 threads=1 loader=any|little|middle|big direct_io=0|1 map_weights=0|1 static_arena=0|1 input=data "
+                    "loops=8 warmup=4 threads=1 loader=any|little|middle|big|computing direct_io=0|1 map_weights=0|1 static_arena=0|1 input=data "
                     "output=output out=FILE.npy]");
     std::map<std::string, std::string> args = {{"mode", "flexnn"}, {"loops", "8"}, {"warmup", "4"}, {"threads", "1"},
                                                {"loader", "any"}, {"transformed", ""}, {"input", "data"}, {"output", "output"}, {"budget", "0"},
@@ -105,14 +105,8 @@ int main(int argc, char** argv)
     options.num_threads = std::atoi(args["threads"].c_str());
     if (loops < 1 || warmup < 0 || options.num_threads < 1)
         return fail("loops and threads must be at least 1, warmup at least 0");
-    if (args["loader"] == "little")
-        options.loader_cores = flexnn::LoaderCores::Little;
-    else if (args["loader"] == "middle")
-        options.loader_cores = flexnn::LoaderCores::Middle;
-    else if (args["loader"] == "big")
-        options.loader_cores = flexnn::LoaderCores::Big;
-    else if (args["loader"] != "any")
-        return fail("loader must be any, little, middle or big");
+    if (!flexnn::loader_cores_from_name(args["loader"], options.loader_cores))
+        return fail("loader must be any, little, middle, big or computing");
     if (args["direct_io"] != "0" && args["direct_io"] != "1")
         return fail("direct_io must be 0 or 1");
     options.direct_io = args["direct_io"] == "1";

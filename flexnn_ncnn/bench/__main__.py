@@ -10,7 +10,8 @@ runtime (bench/flexnn_child.py: slice, prepare, plan, Session), alongside the st
 `min` among --budgets adds FlexNN at the smallest budget `slice --budget min` finds (flexnn@min), which the
 floor summary reports beside the activation floor with the latency there and the search's probes and time;
 --ablation adds FlexNN without the static arena, without preloading, and without both (Fig. 13);
-`--modes flexnn-mapped` runs FlexNN with its pre-transformed weights mapped (zero copy), and the
+`--modes flexnn-mapped` runs FlexNN with its pre-transformed weights mapped (zero copy),
+`--modes flexnn-computing` with no loading thread (the computing threads load each layer), and the
 `ncnn-mmap` baseline is NCNN's own Net on the memory-mapped .bin; `--cold` evicts the weight files
 from the page cache before every inference of every configuration;
 --runtime-command replaces the runtime's child (see docs/EVALUATION.md). A budget below SwapNet's smallest is reported, not failed. `--ingest DIR` reads

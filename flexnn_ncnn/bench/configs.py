@@ -42,6 +42,8 @@ RUNTIME_MODES = {
     "flexnn": "FlexNN under the budget",
     "flexnn-mapped": "FlexNN with the pre-transformed weights mapped from their file instead of read into the arena "
                      "(zero copy; prepare --map-weights)",
+    "flexnn-computing": "FlexNN with no loading thread: the computing threads load each layer just before it computes, "
+                        "splitting its reads (for a machine whose every core computes)",
     "flexnn-no-mem": "ablation w.o.mem: the same plan without the static arena, each buffer a heap block from request to "
                      "release",
     "flexnn-no-preload": "ablation w.o.preload: the same plan, each layer's load waiting for the previous computation",
@@ -50,7 +52,7 @@ RUNTIME_MODES = {
     "swapnet": "SwapNet-style block streaming (bench/swapnet.py): blocks of whole layers, two resident, the next "
                "loading while the current one computes",
 }
-BUDGETED = ("flexnn", "flexnn-mapped", "flexnn-no-mem", "flexnn-no-preload", "flexnn-no-both", "swapnet")
+BUDGETED = ("flexnn", "flexnn-mapped", "flexnn-computing", "flexnn-no-mem", "flexnn-no-preload", "flexnn-no-both", "swapnet")
 # modes whose child runs the model as given, not sliced: the activation floor they report is the model's
 UNSLICED = ("on-demand", "swapnet")
 # baselines with a smallest budget of their own: a child reporting its budget infeasible is a result

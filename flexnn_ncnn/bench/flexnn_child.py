@@ -14,6 +14,9 @@ Session: what reading the plan costs is counted, as in a user's process that loa
   `[bytes, fits]` and seconds, as slice records them in MODEL.flexnn.slicing.json and the sidecar).
 - `flexnn-mapped` (budget B): `slice --map-weights` at B: the same pipeline with the layers'
   pre-transformed weights mapped from their file over their arena bytes (zero copy).
+- `flexnn-computing` (budget B): the same sidecar as `flexnn`, run with no loading thread
+  (`Session(loader="computing")`): the computing thread loads each layer just before it computes,
+  its large reads split among the computing threads.
 - `flexnn-no-mem` (budget B, Fig. 13's w.o.mem): the same sidecar and schedule without the static
   arena: every buffer a heap block from request to release, a layer's weights freed once it computed.
 - `flexnn-no-preload` (budget B, Fig. 13's w.o.preload): the same sidecar, each layer's load also
@@ -193,7 +196,7 @@ def run_session(request: dict[str, Any], description: dict[str, Any], mode: str,
         hwm_reset = reset_peak_rss()
         start = time.perf_counter()
         session = Session(Path(request["sidecar"]), threads=threads, overlap_loading=mode in OVERLAPPED,
-                          static_arena=mode not in HEAP)
+                          static_arena=mode not in HEAP, loader="computing" if mode == "flexnn-computing" else "any")
         load_ms = (time.perf_counter() - start) * 1e3
         outputs: dict[str, np.ndarray] = {}
         for _ in range(warmup + loops):

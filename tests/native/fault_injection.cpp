@@ -12,7 +12,7 @@
 // caller's timeout).
 //
 //   fault_injection MODEL.param MODEL.bin INPUT.npy INPUT_BLOB OUTPUT_BLOB THREADS BUDGET DELAYED_RUNS
-//                   [transformed=FILE] [out=FILE.npy (the reference output)]
+//                   [transformed=FILE] [map_weights=1] [loader=computing|...] [out=FILE.npy (the reference output)]
 #include "program_util.h"
 #include "planner/planner.h"
 #include "runtime/executor.h"
@@ -38,10 +38,16 @@ int main(int argc, char** argv)
         return fail("THREADS must be at least 1, DELAYED_RUNS at least 0");
     std::string transformed, out;
     bool map_weights = false;
+    flexnn::LoaderCores loader = flexnn::LoaderCores::Any;
     for (int i = 9; i < argc; i++)
     {
         if (std::strncmp(argv[i], "transformed=", 12) == 0)
             transformed = argv[i] + 12;
+        else if (std::strncmp(argv[i], "loader=", 7) == 0)
+        {
+            if (!flexnn::loader_cores_from_name(argv[i] + 7, loader))
+                return fail(std::string("unknown ") + argv[i]);
+        }
         else if (std::strcmp(argv[i], "map_weights=1") == 0)
             map_weights = true;
         else if (std::strncmp(argv[i], "out=", 4) == 0)
@@ -57,6 +63,7 @@ int main(int argc, char** argv)
     const flexnn::NamedMats inputs = {{argv[4], input}};
     flexnn::RuntimeOptions options;
     options.num_threads = threads;
+    options.loader_cores = loader;
     options.canaries = true;
     flexnn::PrepareResult prepared;
     flexnn::FaultInjector prepare_faults;

@@ -5,7 +5,7 @@
 // JSON line; errors: one "error: ..." line, exit 1.
 //
 //   runtime_stress MODEL.param MODEL.bin INPUT.npy INPUT_BLOB OUTPUT_BLOB THREADS INFERENCES SWITCH_EVERY BUDGET...
-//                  [direct_io=1] [loader=middle] [static_arena=0] [transformed=FILE (pre-transformed weights written there)]
+//                  [direct_io=1] [loader=middle|computing|...] [static_arena=0] [transformed=FILE (pre-transformed weights written there)]
 //                  [map_weights=1 (the transformed weights mapped over their planned arena bytes)]
 //                  [canaries=1] [observe=1 (a second thread reads the plan and the arena's size throughout, as
 //                  Session.stats() does)] [out=FILE.npy (the first output, for a comparison with stock NCNN)]
@@ -106,8 +106,11 @@ int main(int argc, char** argv)
     {
         if (std::strcmp(argv[i], "direct_io=1") == 0)
             options.direct_io = true;
-        else if (std::strcmp(argv[i], "loader=middle") == 0)
-            options.loader_cores = flexnn::LoaderCores::Middle;
+        else if (std::strncmp(argv[i], "loader=", 7) == 0)
+        {
+            if (!flexnn::loader_cores_from_name(argv[i] + 7, options.loader_cores))
+                return fail(std::string("unknown ") + argv[i]);
+        }
         else if (std::strcmp(argv[i], "static_arena=0") == 0)
             options.static_arena = false;
         else if (std::strncmp(argv[i], "transformed=", 12) == 0)

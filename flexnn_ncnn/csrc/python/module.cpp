@@ -107,16 +107,8 @@ flexnn::RuntimeOptions runtime_options(int threads, bool packing, bool winograd,
     o.overlap_loading = overlap_loading;
     o.direct_io = direct_io;
     o.static_arena = static_arena;
-    if (loader == "any")
-        o.loader_cores = flexnn::LoaderCores::Any;
-    else if (loader == "little")
-        o.loader_cores = flexnn::LoaderCores::Little;
-    else if (loader == "big")
-        o.loader_cores = flexnn::LoaderCores::Big;
-    else if (loader == "middle")
-        o.loader_cores = flexnn::LoaderCores::Middle;
-    else
-        throw std::invalid_argument("loader cores must be any, little, middle or big, not '" + loader + "'");
+    if (!flexnn::loader_cores_from_name(loader, o.loader_cores))
+        throw std::invalid_argument("loader must be any, little, middle, big or computing, not '" + loader + "'");
     return o;
 }
 

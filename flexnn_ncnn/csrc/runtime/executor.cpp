@@ -106,7 +106,7 @@ Status Executor::create(const std::string& param_path, const std::string& bin_pa
                 return s;
         }
         e->source_ = {e->transformed_.fd(), e->transformed_.path(), options.direct_io ? &e->window_ : nullptr, &e->zeros_, nullptr,
-                      options.map_weights ? &e->mapped_ : nullptr};
+                      options.map_weights ? &e->mapped_ : nullptr, e->read_threads()};
     }
     if (options.direct_io)
     {
@@ -139,7 +139,7 @@ Status Executor::create(const std::string& param_path, const std::string& bin_pa
 
 Status Executor::choose_loader_cpus()
 {
-    pin_loader_ = options_.loader_cores != LoaderCores::Any;
+    pin_loader_ = options_.loader_cores != LoaderCores::Any && options_.loader_cores != LoaderCores::Computing;
     if (options_.loader_cores == LoaderCores::Little || options_.loader_cores == LoaderCores::Big)
         loader_cpus_ = ncnn::get_cpu_thread_affinity_mask(options_.loader_cores == LoaderCores::Little ? 1 : 2);
     if (options_.loader_cores != LoaderCores::Middle)
@@ -325,7 +325,7 @@ Status Executor::load_step(int step)
     const int layer = layer_at(step);
     PlannedLayer* planned = model_->planned(layer);
     const ByteRange& range = schedule_.ranges[layer];
-    WeightReader reader(model_->weights(), range, options_.direct_io ? &window_ : nullptr);
+    WeightReader reader(model_->weights(), range, options_.direct_io ? &window_ : nullptr, read_threads());
     faults_.delay();
     if (canary_.armed())
     {
@@ -404,19 +404,40 @@ void Executor::load_steps()
                              + ", which did not happen");
                 break;
             }
-            if (failure_.failed())
-                break;
-            Status s = load_step(step);
-            if (!s.ok())
-            {
-                failure_.set(s.message());
-                break;
-            }
-            built_[step] = resident_[step];
-            loaded_layers_++;
         }
-        progress_.loaded(step);
+        if (!load_if_needed(step))
+            break;
     }
+}
+
+bool Executor::load_if_needed(int step)
+{
+    if (failure_.failed())
+        return false;
+    if (!resident_[step] || !built_[step])
+    {
+        Status s = load_step(step);
+        if (!s.ok())
+        {
+            failure_.set(s.message());
+            return false;
+        }
+        built_[step] = resident_[step];
+        loaded_layers_++;
+    }
+    progress_.loaded(step);
+    return true;
+}
+
+// Every step up to `step` not loaded yet, in order, on the computing thread: each one's
+// dependency computed before it (a step's load waits for an earlier step's computation), so its
+// arena bytes are free, as the loading thread would find them, only later. False when a load failed.
+bool Executor::load_through(int step)
+{
+    for (; next_load_ <= step; next_load_++)
+        if (!load_if_needed(next_load_))
+            return false;
+    return true;
 }
 
 void Executor::give_back_uncomputed()
@@ -448,7 +469,7 @@ int Executor::before_compute(int layer_index)
     }
     faults_.delay();
     const double t0 = now_us();
-    const bool loaded = progress_.wait_loaded(step);
+    const bool loaded = computing_loads() ? load_through(step) : progress_.wait_loaded(step);
     load_wait_us_ += now_us() - t0;
     if (!loaded || failure_.failed())
         return -1;
@@ -594,7 +615,10 @@ Status Executor::run_locked(const NamedMats& inputs, const OutputTaker& take, Ru
     }
     blobs_.begin_inference(std::this_thread::get_id());
     workspace_.begin_inference(std::this_thread::get_id());
-    LoadingThread loader(*this);
+    next_load_ = 1;
+    if (computing_loads())
+        weights_.begin_inference(std::this_thread::get_id());
+    LoadingThread loader(*this, !computing_loads());
 
     std::vector<std::unique_ptr<ReadOnlyInput> > in_place; // outlive the extractor holding their headers
     std::vector<ncnn::Mat> features;

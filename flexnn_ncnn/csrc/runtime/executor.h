@@ -33,9 +33,10 @@ namespace flexnn {
 struct RunStats
 {
     double latency_us = 0;
-    double load_wait_us = 0;          // time computation waited for loading
+    double load_wait_us = 0;          // time computation waited for loading (when the computing thread
+                                      // loads: the time it spent loading)
     double loader_cpu_us = 0;         // CPU time the loading thread used (user + system): taken from the
-                                      // computing threads' cores when it shares them
+                                      // computing threads' cores when it shares them (0: none ran)
     uint64_t outside_peak_bytes = 0;  // most bytes held outside the arena at once during the run
     uint64_t outside_allocations = 0; // requests served outside the arena during the run
     int loaded_layers = 0;            // layers the loading thread built: the streamed ones, and the first
@@ -130,6 +131,21 @@ private:
     // the loading thread's cores for options_.loader_cores
     Status choose_loader_cpus();
     Status load_step(int step);
+    // load `step` unless it is resident and built, then mark it loaded; false when the inference has failed
+    bool load_if_needed(int step);
+    // options_.loader_cores == Computing: the computing thread loads every step up to `step` not
+    // loaded yet, just before computing it (before_compute), without a loading thread; false when
+    // a load failed (the inference's failure says why)
+    bool load_through(int step);
+    bool computing_loads() const
+    {
+        return options_.loader_cores == LoaderCores::Computing;
+    }
+    // how many threads share each large read: the computing ones when they load
+    int read_threads() const
+    {
+        return computing_loads() ? options_.num_threads : 1;
+    }
     // unload every layer, then free the arena (a run needs a plan again)
     void release_arena();
     // the loading thread's body: load_steps, whatever it throws turned into the inference's failure
@@ -142,14 +158,17 @@ private:
     Status set_plan_locked(const Plan& plan);
     Status run_locked(const NamedMats& inputs, const OutputTaker& take, RunStats& stats);
 
-    // The loading thread of one run, joined when it goes out of scope (an exception on the computing
-    // thread included): whatever the loading thread still waits for is stopped first.
+    // The loading thread of one run (none unless `started`), joined when it goes out of scope (an
+    // exception on the computing thread included): whatever the loading thread still waits for is
+    // stopped first.
     class LoadingThread
     {
     public:
-        explicit LoadingThread(Executor& e)
-            : e_(e), thread_(&Executor::load_all, &e)
+        LoadingThread(Executor& e, bool started)
+            : e_(e)
         {
+            if (started)
+                thread_ = std::thread(&Executor::load_all, &e);
         }
         ~LoadingThread()
         {
@@ -205,7 +224,8 @@ private:
     StepClock compute_clock_; // the computing thread's
     double load_wait_us_ = 0; // computing thread only
     double loader_cpu_us_ = 0; // the loading thread's, written as it ends (read after the join)
-    int loaded_layers_ = 0;   // loading thread only
+    int loaded_layers_ = 0;   // loading thread only (the computing one when it loads)
+    int next_load_ = 1;       // computing loads: the next step load_through loads
     ArenaCanary canary_; // armed with options_.canaries and a static arena
     ArenaAllocator weights_;
     ArenaAllocator blobs_;

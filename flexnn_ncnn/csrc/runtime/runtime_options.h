@@ -4,18 +4,37 @@
 #include <option.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 
 namespace flexnn {
 
 // Which cores the loading thread may run on: NCNN's CpuSet masks for little and big, the clusters
-// of cpu_clusters.h for middle; "any" leaves it unpinned.
+// of cpu_clusters.h for middle; "any" leaves it unpinned. Computing: no loading thread; the
+// computing thread loads each step just before computing it, its reads split among the computing
+// threads (a machine whose every core computes: no thread takes a core from them mid-layer).
 enum class LoaderCores
 {
     Any = 0,
     Little = 1,
     Big = 2,
     Middle = 3,
+    Computing = 4,
 };
+
+// "any", "little", "middle", "big" or "computing" into `out`; false for any other name
+inline bool loader_cores_from_name(const std::string& name, LoaderCores& out)
+{
+    static const std::pair<const char*, LoaderCores> names[] = {{"any", LoaderCores::Any}, {"little", LoaderCores::Little},
+        {"middle", LoaderCores::Middle}, {"big", LoaderCores::Big}, {"computing", LoaderCores::Computing}};
+    for (const auto& n : names)
+        if (name == n.first)
+        {
+            out = n.second;
+            return true;
+        }
+    return false;
+}
 
 // What a model is prepared and run with. Everything that changes the layers' transformed weights
 // or their buffers (threads, packing, kernels) must be the same for prepare and for every run of

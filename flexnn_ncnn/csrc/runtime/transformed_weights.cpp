@@ -434,7 +434,7 @@ int TransformedWeightsReader::load(ncnn::Mat& weight)
     }
     else
     {
-        done = pread_all(source_.fd, weight.data, m.bytes, m.offset);
+        done = pread_all(source_.fd, weight.data, m.bytes, m.offset, source_.read_threads);
     }
     if (done != m.bytes)
     {

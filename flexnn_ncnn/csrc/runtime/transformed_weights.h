@@ -237,6 +237,7 @@ struct TransformedSource
     const ZeroPages* zeros = nullptr;
     RecordingAllocator* recorder = nullptr; // prepare: marks each transformed Mat's request
     MappedWeights* mapped = nullptr;        // records mapped over their arena bytes instead of read there
+    int read_threads = 1;                   // how many share each large pread (pread_all)
 };
 
 // Build `layer` from `reader` (its bytes of the .bin) and, when `transforms` is not null, its

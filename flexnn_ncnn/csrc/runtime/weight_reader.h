@@ -11,8 +11,11 @@
 
 namespace flexnn {
 
-// pread until `size` bytes, the file's end or an error: the bytes read
-size_t pread_all(int fd, void* buf, size_t size, uint64_t offset);
+// pread until `size` bytes, the file's end or an error: the bytes read. With threads > 1 a read of
+// kSplitReadBytes or more is split into that many page-aligned parts read by an OpenMP team (the
+// calling thread's, outside any parallel region); the bytes read are then the leading ones.
+constexpr size_t kSplitReadBytes = 256 * 1024;
+size_t pread_all(int fd, void* buf, size_t size, uint64_t offset, int threads = 1);
 
 // open `path` read-only (with O_DIRECT when `direct`: a file system that refuses it is an error,
 // never a silent fallback); `what` names the file in errors, e.g. "weights /a/b.bin"
@@ -67,7 +70,8 @@ private:
 class WeightReader : public ncnn::DataReader
 {
 public:
-    WeightReader(const WeightFile& file, ByteRange range, DirectWindow* window = nullptr);
+    // threads: how many share each large read (pread_all)
+    WeightReader(const WeightFile& file, ByteRange range, DirectWindow* window = nullptr, int threads = 1);
     size_t read(void* buf, size_t size) const override;
 
     // the file position of the next read
@@ -91,6 +95,7 @@ private:
     const WeightFile& file_;
     const ByteRange range_;
     DirectWindow* const window_;
+    const int threads_;
     mutable uint64_t position_;
     mutable std::string error_;
 };
