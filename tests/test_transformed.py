@@ -283,3 +283,43 @@ def test_each_sidecar_keeps_its_own_transformed_weights(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.glob("*.transformed")) == ["t1.transformed", "t2.transformed"]
     for threads, plan in zip((1, 2), plans):
         assert_close(Session(plan, threads=threads).run({"data": w.x})["output"], ref)
+
+
+def write_repeated(folder: Path, same: bool) -> Written:
+    """Two 3x3 convolutions 16 -> 16 on 24x24 (Winograd), the second's weights the first's when `same`:
+    as a spatially tiled block repeats its layers once per tile."""
+    rng = np.random.default_rng(6)
+    weights = [(rng.standard_normal(16 * 16 * 9) * 0.2).astype("<f4").tobytes() for _ in range(2)]
+    biases = [(rng.standard_normal(16) * 0.1).astype("<f4").tobytes() for _ in range(2)]
+    if same:
+        weights[1], biases[1] = weights[0], biases[0]
+    lines = ["Input data 0 1 data 0=24 1=24 2=16"]
+    blob, raw = bytearray(), []
+    for i, bottom in enumerate(("data", "c0")):
+        lines.append(f"Convolution c{i} 1 1 {bottom} {'output' if i else 'c0'} 0=16 1=3 4=1 5=1 6=2304 9=1")
+        raw.append((len(blob), len(blob) + 4 + len(weights[i])))
+        blob += np.zeros(1, "<u4").tobytes() + weights[i] + biases[i]
+    param, bin_ = folder / "repeated.param", folder / "repeated.bin"
+    param.write_text(f"7767517\n{len(lines)} {len(lines)}\n" + "\n".join(lines) + "\n")
+    bin_.write_bytes(bytes(blob))
+    return Written(param, bin_, rng.standard_normal((16, 24, 24)).astype(np.float32), raw)
+
+
+@pytest.mark.parametrize("mapped", [False, True], ids=["read", "mapped"])
+def test_equal_records_are_written_once_and_each_layer_loads_them(mapped: bool, tmp_path: Path) -> None:
+    """A record equal to one written before points at it: two layers with the same weights take one
+    layer's records on disk, and each loads them, read or mapped, at the tightest budget (both streamed)."""
+    sizes = {}
+    for same in (False, True):
+        folder = tmp_path / ("same" if same else "different")
+        folder.mkdir()
+        w = write_repeated(folder, same)
+        path = prepared(w, RuntimeOptions(threads=2, map_weights=mapped))
+        sizes[same] = transformed_path(w.param).stat().st_size
+        session = Session(path)
+        session.set_budget(planning.min_feasible_budget(session.profile, mapped=mapped) + ARENA_MARGIN + session.reserved_bytes)
+        for _ in range(3):
+            assert_close(session.run({"data": w.x})["output"], stock_output(w.param, w.bin, w.x))
+        assert min(session.stats()["loaded_layers"]) == 2
+    one_layer = sizes[False] - HEADER_BYTES  # two layers' records and the index
+    assert sizes[True] < sizes[False] and sizes[False] - sizes[True] > one_layer // 3, sizes

@@ -69,6 +69,36 @@ bool pwrite_all(int fd, const void* buf, size_t size, uint64_t offset)
     return true;
 }
 
+// FNV-1a over a record's 8-byte words (then its last bytes): which earlier records it may repeat
+uint64_t record_hash(const void* data, uint64_t bytes)
+{
+    const unsigned char* p = (const unsigned char*)data;
+    uint64_t h = 14695981039346656037ull ^ bytes;
+    uint64_t i = 0;
+    for (uint64_t word; i + 8 <= bytes; i += 8)
+    {
+        memcpy(&word, p + i, 8);
+        h = (h ^ word) * 1099511628211ull;
+    }
+    for (; i < bytes; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+// whether the `bytes` at `offset` of `fd` are `data`'s
+bool same_on_disk(int fd, uint64_t offset, const void* data, uint64_t bytes)
+{
+    std::vector<unsigned char> chunk((size_t)std::min<uint64_t>(bytes, 1u << 20));
+    for (uint64_t done = 0; done < bytes;)
+    {
+        const size_t n = (size_t)std::min<uint64_t>(bytes - done, chunk.size());
+        if (pread_all(fd, chunk.data(), n, offset + done) != n || memcmp(chunk.data(), (const unsigned char*)data + done, n) != 0)
+            return false;
+        done += n;
+    }
+    return true;
+}
+
 std::string encode_index(const std::map<int, LayerTransforms>& layers)
 {
     std::string out;
@@ -326,14 +356,25 @@ void TransformedWeightsWriter::store(const ncnn::Mat& weight)
     m.dims = weight.dims, m.w = weight.w, m.h = weight.h, m.d = weight.d, m.c = weight.c;
     m.elemsize = (uint32_t)weight.elemsize;
     m.elempack = weight.elempack;
-    m.offset = end_;
     m.bytes = (uint64_t)weight.total() * weight.elemsize;
+    // a record equal to one written before is not written again: its entry points there (a
+    // spatially tiled block repeats its layers, weights and all, once per tile)
+    std::vector<uint64_t>& same_hash = written_[record_hash(weight.data, m.bytes)];
+    for (uint64_t offset : same_hash)
+        if (same_on_disk(fd_, offset, weight.data, m.bytes))
+        {
+            m.offset = offset;
+            layers_[layer_].mats.push_back(m);
+            return;
+        }
+    m.offset = end_;
     if (!pwrite_all(fd_, weight.data, m.bytes, m.offset))
     {
         status_ = Status::error("cannot write " + path_ + ": " + strerror(errno));
         return;
     }
     end_ = align_up(m.offset + m.bytes);
+    same_hash.push_back(m.offset);
     layers_[layer_].mats.push_back(m);
 }
 

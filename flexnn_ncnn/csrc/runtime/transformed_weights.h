@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -139,6 +140,8 @@ private:
     uint64_t end_ = 0; // where the next record goes
     int layer_ = -1;
     std::map<int, LayerTransforms> layers_;
+    // the offsets of the records written, by record_hash of their bytes; equal records share one
+    std::unordered_map<uint64_t, std::vector<uint64_t> > written_;
     Status status_;
 };
 
