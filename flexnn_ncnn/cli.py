@@ -33,16 +33,19 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
         return 130
 
 
-def signal_name(number: int) -> str:
-    """SIGSEGV for 11; a signal Python has no name for by its number."""
-    return signal.Signals(number).name if number in set(signal.Signals) else f"signal {number}"
+def ended_by_signal(number: int) -> str:
+    """How signal `number` ended a process: "was stopped (SIGKILL)" for one sent to stop it (the OOM
+    killer's, a user's), else "crashed (SIGSEGV)"; a signal Python has no name for by its number."""
+    name = signal.Signals(number).name if number in set(signal.Signals) else f"signal {number}"
+    stopped = number in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
+    return f"{'was stopped' if stopped else 'crashed'} ({name})"
 
 
 def child_error(proc: "subprocess.CompletedProcess[str]") -> str:
     """The one line a verb run as a child printed for its error (run_main), the signal that ended it
     (whatever it printed before is not the reason), or its exit code."""
     if proc.returncode < 0:
-        return f"it crashed ({signal_name(-proc.returncode)})"
+        return f"it {ended_by_signal(-proc.returncode)}"
     last = next((l for l in reversed(proc.stderr.splitlines()) if l.strip()), f"exit code {proc.returncode}")
     return last.removeprefix("error: ")
 

@@ -122,7 +122,7 @@ def test_computing_threads_load_each_layer_without_a_loading_thread(wide: tuple[
 
 def test_computing_threads_report_a_truncated_bin(tmp_path: Path) -> None:
     """A split read whose second part comes up short ends the inference naming the file and the byte where
-    it ended: the bytes read are the leading ones, not every part's added up."""
+    it ended."""
     param, bin_, x = write_wide(tmp_path, seed=4)
     content = prepare_model(param, bin_, 1 << 30, options=RuntimeOptions(threads=2, pretransform=False))
     path = tmp_path / f"wide{sidecar.SUFFIX}"

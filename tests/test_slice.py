@@ -375,6 +375,17 @@ def test_a_model_stock_ncnn_crashes_on_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.parametrize("sig, said", [("SIGSEGV", "it crashed (SIGSEGV)"), ("SIGKILL", "it was stopped (SIGKILL)")])
+def test_a_child_ended_by_a_signal_is_named_by_it(sig: str, said: str) -> None:
+    """A child process's error (cli.child_error) names the signal that ended it, not what it printed before:
+    a crash as such, a signal sent to stop it (the OOM killer's SIGKILL) as stopped."""
+    import subprocess
+    from flexnn_ncnn.cli import child_error
+    proc = subprocess.run([sys.executable, "-c", f"import os, signal; print('working'); os.kill(os.getpid(), signal.{sig})"],
+                          capture_output=True, text=True)
+    assert child_error(proc) == said
+
+
 # pnnx's export of torch.einsum('bij,bkj->bik') with the batch of 1 dropped: the equation keeps three
 # indices for in0, a 2-D blob, so NCNN's Einsum reads past it (stock NCNN gives NaN one run, 1e29 the next)
 NCNN_READS_PAST = """7767517

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -13,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..cli import UserError, child_error, run_main, signal_name
+from ..cli import UserError, child_error, ended_by_signal, run_main
 
 
 def _ncnn():
@@ -98,12 +97,10 @@ def blob_shapes_isolated(param_path: str | Path, bin_path: str | Path, inputs: d
         proc = subprocess.run([sys.executable, "-m", "flexnn_ncnn.ncnn_model.stock", str(param_path), str(bin_path),
                                str(request), str(answer)], capture_output=True, text=True)
         if proc.returncode < 0:
-            number = -proc.returncode
-            name = signal_name(number)
-            if number in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
-                raise UserError(f"stock NCNN was stopped ({name}) running the model{purpose}")
-            raise UserError(f"stock NCNN crashed ({name}) running the model{purpose}: NCNN cannot run it as written; "
-                            "re-export it")
+            how = ended_by_signal(-proc.returncode)
+            if how.startswith("was stopped"):
+                raise UserError(f"stock NCNN {how} running the model{purpose}")
+            raise UserError(f"stock NCNN {how} running the model{purpose}: NCNN cannot run it as written; re-export it")
         if proc.returncode != 0:
             raise UserError(f"stock NCNN running the model{purpose}: {child_error(proc)}")
         measured = json.loads(answer.read_text())

@@ -469,7 +469,16 @@ int Executor::before_compute(int layer_index)
     }
     faults_.delay();
     const double t0 = now_us();
-    const bool loaded = computing_loads() ? load_through(step) : progress_.wait_loaded(step);
+    bool loaded;
+    try
+    {
+        loaded = computing_loads() ? load_through(step) : progress_.wait_loaded(step);
+    }
+    catch (const std::exception& e) // never through NCNN's frames (as PlannedLayer::compute)
+    {
+        failure_.set("load of " + step_name_(step) + " threw: " + e.what());
+        loaded = false;
+    }
     load_wait_us_ += now_us() - t0;
     if (!loaded || failure_.failed())
         return -1;

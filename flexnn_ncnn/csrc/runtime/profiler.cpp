@@ -174,10 +174,12 @@ Status compare_outputs(const NamedMats& a, const NamedMats& b)
             const float* r = y.channel(q);
             for (size_t i = 0; i < (size_t)x.w * x.h * x.d * x.elempack; i++)
             {
-                if (std::isnan(p[i]) || std::isnan(r[i]))
+                if (!std::isfinite(p[i]) || !std::isfinite(r[i]))
                 {
-                    if (std::isnan(p[i]) != std::isnan(r[i])) // a NaN equals only a NaN
-                        return Status::error("output " + a[k].first + " has a NaN where the other has a number");
+                    // a NaN equals only a NaN, an infinity only the same infinity
+                    if (!(std::isnan(p[i]) && std::isnan(r[i])) && p[i] != r[i])
+                        return Status::error("output " + a[k].first + " has " + std::to_string(r[i]) + " where the other has "
+                                             + std::to_string(p[i]));
                     continue;
                 }
                 largest = std::max(largest, std::fabs(p[i]));
