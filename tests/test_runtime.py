@@ -133,7 +133,7 @@ def budgets_for(content: sidecar.Sidecar) -> dict[str, int]:
     reservation beside the arena."""
     profile = content.profile
     beside = ARENA_MARGIN + content.reserved_bytes
-    tightest = planning.min_feasible_budget(profile) + beside
+    tightest = planning.min_feasible_budget(profile, mapped=content.plan.mapped) + beside
     generous = 2 * sum(t.size + 64 for t in profile.tensors) + beside
     return {"generous": generous, "middle": (tightest + generous) // 2, "tightest": tightest}
 

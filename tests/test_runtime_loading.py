@@ -93,12 +93,21 @@ def test_an_unknown_loader_is_refused(mlp: tuple[ModelCase, Path, dict[str, int]
         Session(mlp[1], loader="medium")
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["pretransformed", "raw"])
+# how the wide model's weights reach the arena: pre-transformed records read, raw weights read, or
+# pre-transformed records mapped (faulted in by the computing threads)
+WIDE_OPTIONS = {
+    "pretransformed": RuntimeOptions(threads=2),
+    "raw": RuntimeOptions(threads=2, pretransform=False),
+    "mapped": RuntimeOptions(threads=2, map_weights=True),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(WIDE_OPTIONS))
 def wide(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[ModelCase, Path, dict[str, int]]:
     folder = tmp_path_factory.mktemp("wide")
     param, bin_, x = write_wide(folder)
     m = ModelCase("wide", param, bin_, x, stock_output(param, bin_, x))
-    content = prepare_model(param, bin_, 1 << 30, options=RuntimeOptions(threads=2, pretransform=request.param))
+    content = prepare_model(param, bin_, 1 << 30, options=WIDE_OPTIONS[request.param])
     path = folder / f"wide{sidecar.SUFFIX}"
     write_plan_file(content, path)
     return m, path, budgets_for(content)
@@ -108,7 +117,8 @@ def wide(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 def test_computing_threads_load_each_layer_without_a_loading_thread(wide: tuple[ModelCase, Path, dict[str, int]],
                                                                     label: str) -> None:
     """loader="computing": no loading thread ran (its CPU time is 0), the streamed layers were still loaded
-    every run, their large reads split between the 2 computing threads; outputs equal stock NCNN."""
+    every run, their large reads (or a mapped record's faults) split between the 2 computing threads;
+    outputs equal stock NCNN."""
     m, path, budgets = wide
     session = Session(path, budget=budgets[label], loader="computing")
     for _ in range(3):
@@ -117,6 +127,8 @@ def test_computing_threads_load_each_layer_without_a_loading_thread(wide: tuple[
     assert stats["loader_cpu_us"] == [0.0] * 3
     if label == "tightest":
         assert min(stats["loaded_layers"]) >= 2, stats["loaded_layers"]
+        # fc1's record (1 MiB as fp16) is mapped on every run, not read into the arena
+        assert min(stats["mapped_weight_bytes"]) >= (1 << 20 if session.map_weights else 0), stats["mapped_weight_bytes"]
     assert_counted_within_budget(stats)
 
 

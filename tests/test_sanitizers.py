@@ -37,14 +37,17 @@ def test_direct_io_and_middle_cores_under_a_sanitizer_report_nothing(sanitizer: 
 
 
 @pytest.mark.parametrize("sanitizer", ["tsan", "asan"])
-@pytest.mark.parametrize("pretransform", [True, False], ids=["pretransformed", "raw"])
-def test_computing_threads_loading_under_a_sanitizer_report_nothing(sanitizer: str, pretransform: bool, tmp_path: Path) -> None:
+@pytest.mark.parametrize("weights", ["pretransformed", "raw", "mapped"])
+def test_computing_threads_loading_under_a_sanitizer_report_nothing(sanitizer: str, weights: str, tmp_path: Path) -> None:
     """loader=computing: no loading thread; the computing thread loads each layer before it computes, its
-    large reads (the wide model's 2 MiB fc1, raw and pre-transformed) split among the OpenMP team of 2."""
+    large reads (the wide model's 2 MiB fc1, raw and pre-transformed) or a mapped record's faults split
+    among the OpenMP team of 2."""
     program = built(f"host-{sanitizer}", "native", "tests_native", "runtime_stress")
-    report = stress([], program, tmp_path, 2, 200, write_wide, "loader=computing", pretransform=pretransform,
+    mapped = ["map_weights=1"] if weights == "mapped" else []
+    report = stress([], program, tmp_path, 2, 200, write_wide, "loader=computing", *mapped, pretransform=weights != "raw",
                     budgets=("min", "6000000", "100000000"))
     assert report["inferences"] == 200 and report["budgets"] == 3
+    assert (report["mapped_weight_bytes_total"] > 0) == (weights == "mapped")
 
 
 @pytest.mark.parametrize("sanitizer", ["tsan", "asan"])

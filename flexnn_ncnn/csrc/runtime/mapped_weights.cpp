@@ -36,7 +36,7 @@ Status MappedWeights::begin_layer(int layer)
     return Status();
 }
 
-bool MappedWeights::point(const TransformedMat& m, ncnn::Mat& weight, std::string& error)
+bool MappedWeights::point(const TransformedMat& m, ncnn::Mat& weight, int threads, std::string& error)
 {
     if (m.offset % kMappedPage != 0 || m.offset > file_bytes_ || m.bytes > file_bytes_ - m.offset)
     {
@@ -66,7 +66,7 @@ bool MappedWeights::point(const TransformedMat& m, ncnn::Mat& weight, std::strin
         anonymous(address, length);
         return false;
     }
-    fault_in(address, length);
+    fault_in(address, length, threads);
     {
         std::lock_guard<std::mutex> lock(regions_lock_);
         regions_[current_].push_back({address, length});
@@ -91,18 +91,23 @@ bool MappedWeights::point(const TransformedMat& m, ncnn::Mat& weight, std::strin
     return true;
 }
 
-void MappedWeights::fault_in(const unsigned char* address, size_t length)
+void MappedWeights::fault_in(const unsigned char* address, size_t length, int threads)
 {
-    // made resident on the loading thread, ahead of the computation: one read fault per window (the
-    // first page, then each window boundary), each mapping the window's cached pages at once
-    // (fault-around; an uncached page is read, with the kernel's readahead). MAP_POPULATE walks every
-    // page instead, and costs the loading thread more on the cores the computing threads share; pages a
-    // smaller window leaves out fault in when the kernels first read them.
+    // made resident ahead of the computation: one read fault per window (the first page, then each
+    // window boundary), each mapping the window's cached pages at once (fault-around; an uncached
+    // page is read, with the kernel's readahead). MAP_POPULATE walks every page instead, and costs
+    // more on the cores the computing threads share; pages a smaller window leaves out fault in
+    // when the kernels first read them. With `threads` (the computing team loading), the windows
+    // of a large record are shared among them: a fault takes the mapping's lock for reading only.
     const volatile unsigned char* bytes = address;
-    (void)bytes[0];
     const uintptr_t begin = (uintptr_t)address;
-    for (uintptr_t at = (begin / kFaultAroundBytes + 1) * kFaultAroundBytes; at < begin + length; at += kFaultAroundBytes)
-        (void)bytes[at - begin];
+    const uintptr_t first = begin / kFaultAroundBytes;
+    const int64_t windows = (int64_t)((begin + length - 1) / kFaultAroundBytes - first) + 1;
+    if (threads <= 1 || length < kSplitFaultBytes)
+        threads = 1;
+    #pragma omp parallel for num_threads(threads) if (threads > 1)
+    for (int64_t w = 0; w < windows; w++)
+        (void)bytes[w == 0 ? 0 : (first + w) * kFaultAroundBytes - begin];
 }
 
 Status MappedWeights::anonymous(unsigned char* address, size_t length) const

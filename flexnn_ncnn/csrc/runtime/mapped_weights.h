@@ -45,9 +45,9 @@ public:
     Status open(int fd, const std::string& path);
     // loading thread: the Mats pointed at next are `layer`'s; refused when the file shrank
     Status begin_layer(int layer);
-    // loading thread: `weight` over record `m` mapped at its planned arena bytes; false with `error`
-    // when the plan has no request for it or the mapping fails
-    bool point(const TransformedMat& m, ncnn::Mat& weight, std::string& error);
+    // the thread loading: `weight` over record `m` mapped at its planned arena bytes, faulted in by
+    // `threads` (the computing team when it loads); false with `error` when the plan has no request for it or the mapping fails
+    bool point(const TransformedMat& m, ncnn::Mat& weight, int threads, std::string& error);
     // computing thread, once `layer` has computed: `pages` (offsets into the arena at `base`) are
     // the arena's again; its records are no longer counted as mapped
     Status give_back(int layer, unsigned char* base, ByStep<std::pair<uint64_t, uint64_t> >::Values pages);
@@ -63,9 +63,11 @@ private:
     // Linux's default fault-around window: a read fault on a mapped file page maps the cached pages
     // around it up to this many bytes
     static constexpr size_t kFaultAroundBytes = 64 * 1024;
+    // records at least this large are faulted in by all the threads given
+    static constexpr size_t kSplitFaultBytes = 256 * 1024;
 
     // the mapped pages over [address, address + length) resident, one read fault per window
-    static void fault_in(const unsigned char* address, size_t length);
+    static void fault_in(const unsigned char* address, size_t length, int threads);
     // the arena's own pages over [address, address + length)
     Status anonymous(unsigned char* address, size_t length) const;
 

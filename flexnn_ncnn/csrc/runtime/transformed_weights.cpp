@@ -445,7 +445,7 @@ int TransformedWeightsReader::load(ncnn::Mat& weight)
     if (source_.mapped)
     {
         std::string error;
-        if (source_.mapped->point(m, weight, error))
+        if (source_.mapped->point(m, weight, source_.read_threads, error))
             return 1;
         fail("transformed weight " + std::to_string(next_) + " of " + source_.path + ": " + error);
         return 0;
