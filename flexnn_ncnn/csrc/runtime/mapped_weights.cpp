@@ -103,11 +103,17 @@ void MappedWeights::fault_in(const unsigned char* address, size_t length, int th
     const uintptr_t begin = (uintptr_t)address;
     const uintptr_t first = begin / kFaultAroundBytes;
     const int64_t windows = (int64_t)((begin + length - 1) / kFaultAroundBytes - first) + 1;
+    // window w's first byte: the record's own for window 0
+    const auto touch = [&](int64_t w) { (void)bytes[w == 0 ? 0 : (first + w) * kFaultAroundBytes - begin]; };
     if (threads <= 1 || length < kSplitFaultBytes)
-        threads = 1;
-    #pragma omp parallel for num_threads(threads) if (threads > 1)
+    {
+        for (int64_t w = 0; w < windows; w++)
+            touch(w);
+        return;
+    }
+    #pragma omp parallel for num_threads(threads)
     for (int64_t w = 0; w < windows; w++)
-        (void)bytes[w == 0 ? 0 : (first + w) * kFaultAroundBytes - begin];
+        touch(w);
 }
 
 Status MappedWeights::anonymous(unsigned char* address, size_t length) const

@@ -21,7 +21,8 @@ struct TransformedMat;
 // The pre-transformed weights mapped from their file over the arena bytes the plan gives them,
 // instead of read there (RuntimeOptions::map_weights; paper section 3.4 without the copy). While the
 // loading thread builds a layer, each transformed Mat NCNN asks for is its record mapped in place
-// (MAP_FIXED, faulted in: resident off the computing threads), its pages and the page NCNN may
+// (MAP_FIXED, faulted in: resident before the layer computes; with loader=computing, by the computing
+// team between layers), its pages and the page NCNN may
 // over-read past its end, as planned (planned_bytes); the pages resident are the plan's. Once the
 // layer has computed, the computing thread gives back to the arena (its own zero pages, not resident
 // until written) the pages a written tensor takes next (planner/record_pages.h); the others stay

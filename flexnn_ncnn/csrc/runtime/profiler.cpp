@@ -1,6 +1,7 @@
 #include "runtime/profiler.h"
 
 #include "runtime/model.h"
+#include "runtime/pattern_allocator.h"
 #include "runtime/read_only_input.h"
 #include "runtime/recording_allocator.h"
 #include "runtime/thread_allocator_scope.h"
@@ -134,27 +135,40 @@ Status record_transforms(Model& model, const ncnn::Option& load_opt, CountingAll
     return Status();
 }
 
-// One inference with NCNN's own allocators, not recorded: the hooks and clock start afresh after it.
+// One inference with every buffer, the inputs' copies too, from `heap`, not recorded: the hooks and
+// clock start afresh after it.
 Status run_unrecorded(Model& model, const NamedMats& inputs, const std::vector<std::string>& output_names,
-                      RecordingHooks& hooks, StepClock& clock, NamedMats& outputs)
+                      ncnn::Allocator& heap, RecordingHooks& hooks, StepClock& clock, NamedMats& outputs)
 {
+    Status s;
     {
+        ThreadAllocatorScope scope(&heap);
         ncnn::Extractor ex = model.net().create_extractor();
-        for (const auto& input : inputs)
-            ex.input(input.first.c_str(), input.second);
-        for (const std::string& name : output_names)
+        ex.set_blob_allocator(&heap);
+        ex.set_workspace_allocator(&heap);
+        for (size_t k = 0; k < inputs.size() && s.ok(); k++)
+        {
+            ncnn::Mat copy = inputs[k].second.clone(&heap);
+            if (copy.empty() && !inputs[k].second.empty())
+                s = Status::error("cannot copy input '" + inputs[k].first + "'");
+            else
+                ex.input(inputs[k].first.c_str(), copy);
+        }
+        for (size_t k = 0; k < output_names.size() && s.ok(); k++)
         {
             ncnn::Mat feature;
-            if (ex.extract(name.c_str(), feature) != 0)
-                return Status::error("NCNN failed to compute output '" + name + "'");
-            outputs.emplace_back(name, feature.clone());
+            if (ex.extract(output_names[k].c_str(), feature) != 0)
+                s = Status::error("NCNN failed to compute output '" + output_names[k] + "'");
+            else
+                outputs.emplace_back(output_names[k], feature.clone());
         }
     }
+    // whatever the run ended by: the slots of value-dependent layers are `heap`'s
     model.release_bounded_tops();
     hooks.order.clear();
     hooks.compute_us.clear();
     clock.reset();
-    return Status();
+    return s;
 }
 
 // ok when every output of `b` equals `a`'s (same kernels on the same weights: bit for bit, up to
@@ -192,17 +206,20 @@ Status compare_outputs(const NamedMats& a, const NamedMats& b)
     return Status();
 }
 
-// run_unrecorded twice: NCNN's kernels give the same input the same output, so a model whose two
-// runs differ reads memory no blob or weight of it holds (a layer given a blob of another rank than
-// it indexes, as some exporters write); `outputs` is the first run's
+// run_unrecorded twice, every buffer from `first`, then from `second` (heaps of other patterns, which
+// outlive the model and `outputs`): NCNN's kernels give the same input the same output, so a model
+// whose two runs differ reads memory no blob or weight of it holds (a layer given a blob of another
+// rank than it indexes, as some exporters write); a read past a blob reads its heap's pattern, so the
+// runs differ whatever the heap held before. `outputs` is the first run's.
 Status run_reproducible(Model& model, const NamedMats& inputs, const std::vector<std::string>& output_names,
-                        RecordingHooks& hooks, StepClock& clock, NamedMats& outputs)
+                        PatternAllocator& first, PatternAllocator& second, RecordingHooks& hooks, StepClock& clock,
+                        NamedMats& outputs)
 {
     NamedMats again;
-    Status s = run_unrecorded(model, inputs, output_names, hooks, clock, outputs);
+    Status s = run_unrecorded(model, inputs, output_names, first, hooks, clock, outputs);
     if (!s.ok())
         return s;
-    s = run_unrecorded(model, inputs, output_names, hooks, clock, again);
+    s = run_unrecorded(model, inputs, output_names, second, hooks, clock, again);
     if (!s.ok())
         return s;
     s = compare_outputs(outputs, again);
@@ -235,6 +252,7 @@ Status prepare_recorded(const std::string& param_path, const std::string& bin_pa
     RecordingAllocator blobs(Role::Activation, clock, outside, faults);
     RecordingAllocator workspace(Role::Intermediate, clock, outside, faults);
     RecordingHooks hooks(clock);
+    PatternAllocator ones(0x3f800000u), minus_threes(0xc0400000u); // 1.0f and -3.0f: run_reproducible
 
     Model model;
     Status s = model.open(param_path, bin_path, options.ncnn_option(), &hooks, false);
@@ -274,7 +292,7 @@ Status prepare_recorded(const std::string& param_path, const std::string& bin_pa
         s = record_transforms(model, load_opt, stock_heap, writer, schedule.ranges);
         if (!s.ok())
             return s;
-        s = run_reproducible(model, inputs, output_names, hooks, clock, stock_outputs);
+        s = run_reproducible(model, inputs, output_names, ones, minus_threes, hooks, clock, stock_outputs);
         if (!s.ok())
             return s;
         s = zeros.map(writer.largest_skipped());
@@ -309,7 +327,7 @@ Status prepare_recorded(const std::string& param_path, const std::string& bin_pa
     if (transformed_path.empty())
     {
         NamedMats reproduced;
-        s = run_reproducible(model, inputs, output_names, hooks, clock, reproduced);
+        s = run_reproducible(model, inputs, output_names, ones, minus_threes, hooks, clock, reproduced);
         if (!s.ok())
             return s;
     }
