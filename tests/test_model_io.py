@@ -243,10 +243,16 @@ def test_malformed_param_is_a_user_error(text, message):
 
 def test_unknown_weighted_layer_type_is_a_user_error():
     param = NcnnParam.parse("7767517\n2 2\nInput in 0 1 data\nMyConv c 1 1 data out 0=4\n")
-    with pytest.raises(UserError, match="unknown layer type 'MyConv'"):
+    with pytest.raises(UserError, match="unknown layer type 'MyConv'.*a custom layer"):
         weight_specs(param.layer("c"))
     with pytest.raises(UserError, match="unknown layer type"):
         ModelBin.parse(param, b"\0" * 64)
+
+
+def test_a_model_of_inputs_alone_is_a_user_error():
+    param = NcnnParam.parse("7767517\n1 1\nInput in 0 1 data 0=8\n")
+    with pytest.raises(UserError, match="no layer but its inputs"):
+        Graph.build(param)
 
 
 def test_an_operator_pnnx_left_unconverted_is_named_as_such():

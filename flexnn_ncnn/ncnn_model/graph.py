@@ -70,6 +70,8 @@ class Graph:
             for b in layer.bottoms:
                 if b not in producer_of:
                     raise UserError(f"layer {layer.name}: input blob {b} is produced by no layer")
+        if all(layer.type == "Input" for layer in param):
+            raise UserError("the model has no layer but its inputs: there is nothing to compute")
         # Kahn's algorithm, always taking the earliest ready layer in file order
         remaining = {id(layer): len(layer.bottoms) for layer in param}
         consumers: dict[str, list[Layer]] = {}

@@ -259,7 +259,8 @@ def weight_specs(layer: Layer) -> list[WeightSpec]:
                         "convert to an NCNN layer, so stock NCNN cannot run the model either: express it with operators "
                         "it converts and re-export")
     if schema is None:
-        raise UserError(f"layer {layer.name}: unknown layer type {layer.type!r}, cannot tell its weight layout")
+        raise UserError(f"layer {layer.name}: unknown layer type {layer.type!r}, cannot tell its weight layout (a custom "
+                        "layer an application registers with NCNN: only NCNN's built-in layers run here)")
     try:
         specs = schema(layer.params)
     except UserError as e:
