@@ -18,7 +18,7 @@ import helpers
 from helpers import QEMU, built
 from helpers import stock_output
 from model_helpers import present, random_input
-from test_runtime import WRITERS, ZOO, ModelCase, assert_close, prepared, write_residual
+from test_runtime import WRITERS, ZOO, ModelCase, assert_close, prepared, write_residual, write_wide
 
 QEMU_A72 = [*QEMU, "-cpu", "cortex-a72"]  # no fp16 arithmetic: fp32 like the oracle
 FP16_RTOL = 3e-2  # fp16 arithmetic (qemu's default CPU): an ~11-bit mantissa
@@ -55,6 +55,18 @@ def test_mapped_weights_run_the_tightest_mapped_plan_and_match_stock_ncnn(runner
     host and cross-built under qemu-aarch64."""
     _, ref = bench(runner, target, tmp_path, "mode=stock")
     report, out = bench(runner, target, tmp_path, "budget=min", "map_weights=1")
+    assert_close(out, ref)
+    assert 0 < report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
+
+
+@pytest.mark.parametrize("runner, target", [([], "host"), (QEMU_A72, "linux-aarch64")], ids=["host", "qemu-aarch64"])
+def test_mapped_weights_faulted_in_by_the_computing_threads_match_stock_ncnn(runner: list[str], target: str,
+                                                                              tmp_path: Path) -> None:
+    """map_weights=1 loader=computing threads=2: no loading thread; the 2 computing threads share the
+    faults of each large record (the wide model's 1 MiB fc1), on host and cross-built under qemu-aarch64."""
+    _, ref = bench(runner, target, tmp_path, "mode=stock", writer=write_wide)
+    report, out = bench(runner, target, tmp_path, "budget=min", "map_weights=1", "loader=computing", "threads=2",
+                        writer=write_wide)
     assert_close(out, ref)
     assert 0 < report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
 
