@@ -3,6 +3,7 @@
 #include "planner/plan.h"
 #include "planner/profile.h"
 #include "runtime/transformed_weights.h"
+#include "runtime/weight_reader.h"
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -105,7 +106,7 @@ void MappedWeights::fault_in(const unsigned char* address, size_t length, int th
     const int64_t windows = (int64_t)((begin + length - 1) / kFaultAroundBytes - first) + 1;
     // window w's first byte: the record's own for window 0
     const auto touch = [&](int64_t w) { (void)bytes[w == 0 ? 0 : (first + w) * kFaultAroundBytes - begin]; };
-    if (threads <= 1 || length < kSplitFaultBytes)
+    if (threads <= 1 || length < kSplitReadBytes)
     {
         for (int64_t w = 0; w < windows; w++)
             touch(w);

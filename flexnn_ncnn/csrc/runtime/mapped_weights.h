@@ -21,9 +21,9 @@ struct TransformedMat;
 // The pre-transformed weights mapped from their file over the arena bytes the plan gives them,
 // instead of read there (RuntimeOptions::map_weights; paper section 3.4 without the copy). While the
 // loading thread builds a layer, each transformed Mat NCNN asks for is its record mapped in place
-// (MAP_FIXED, faulted in: resident before the layer computes; with loader=computing, by the computing
-// team between layers), its pages and the page NCNN may
-// over-read past its end, as planned (planned_bytes); the pages resident are the plan's. Once the
+// (MAP_FIXED, faulted in: resident before the layer computes; with loader=computing, by the
+// computing team between layers), its pages and the page NCNN may over-read past its end, as
+// planned (planned_bytes); the pages resident are the plan's. Once the
 // layer has computed, the computing thread gives back to the arena (its own zero pages, not resident
 // until written) the pages a written tensor takes next (planner/record_pages.h); the others stay
 // the file's until the next record is mapped over them, inside the arena's bytes either way.
@@ -47,7 +47,8 @@ public:
     // loading thread: the Mats pointed at next are `layer`'s; refused when the file shrank
     Status begin_layer(int layer);
     // the thread loading: `weight` over record `m` mapped at its planned arena bytes, faulted in by
-    // `threads` (the computing team when it loads); false with `error` when the plan has no request for it or the mapping fails
+    // `threads` (the computing team when it loads); false with `error` when the plan has no request
+    // for it or the mapping fails
     bool point(const TransformedMat& m, ncnn::Mat& weight, int threads, std::string& error);
     // computing thread, once `layer` has computed: `pages` (offsets into the arena at `base`) are
     // the arena's again; its records are no longer counted as mapped
@@ -64,8 +65,6 @@ private:
     // Linux's default fault-around window: a read fault on a mapped file page maps the cached pages
     // around it up to this many bytes
     static constexpr size_t kFaultAroundBytes = 64 * 1024;
-    // records at least this large are faulted in by all the threads given
-    static constexpr size_t kSplitFaultBytes = 256 * 1024;
 
     // the mapped pages over [address, address + length) resident, one read fault per window
     static void fault_in(const unsigned char* address, size_t length, int threads);

@@ -13,7 +13,8 @@ namespace flexnn {
 
 // pread until `size` bytes, the file's end or an error: the bytes read. With threads > 1 a read of
 // kSplitReadBytes or more is split into that many page-aligned parts read by an OpenMP team (the
-// calling thread's, outside any parallel region); the bytes read are then the leading ones.
+// calling thread's, outside any parallel region); the bytes read are then the leading ones. A
+// mapped record that large is faulted in by the team likewise (MappedWeights).
 constexpr size_t kSplitReadBytes = 256 * 1024;
 size_t pread_all(int fd, void* buf, size_t size, uint64_t offset, int threads = 1);
 
