@@ -399,20 +399,34 @@ Einsum     einsum 2 1 6 2 out0 -23300=12,105,106,108,44,105,107,108,45,62,105,10
 """
 
 
+# pnnx's export of `torch.relu(x)[:, :, -40:-2] * 2` for x of 1x8x30, fed as NCNN's 1x8x30: the Crop keeps the
+# start -40, which NCNN resolves to 30 - 40 = -10 (torch clamps it to 0): the output's first row starts 10 values
+# before the blob (stock NCNN gives 38 values a row, the first ten of them garbage)
+NCNN_READS_BEFORE = """7767517
+4 4
+Input      in0     0 1 in0
+ReLU       relu_0  1 1 in0 1
+Crop       slice_0 1 1 1 2 -23310=1,-2 -23311=1,2 -23309=1,-40
+BinaryOp   mul_0   1 1 2 out0 0=2 1=1 2=2.0
+"""
+
+
 @pytest.mark.parametrize("pretransform", [True, False])
-def test_a_model_stock_ncnn_reads_past_is_refused_in_one_line(tmp_path, pretransform):
+@pytest.mark.parametrize("text, shape", [(NCNN_READS_PAST, "1,10,24"), (NCNN_READS_BEFORE, "1,1,8,30")],
+                         ids=["past", "before"])
+def test_a_model_stock_ncnn_reads_outside_is_refused_in_one_line(tmp_path, pretransform, text, shape):
     """prepare runs NCNN twice on the same input: a model whose two results differ reads memory it does not hold,
     and is refused before any plan rests on its profile (it crashed the uncounted-memory run, or was blamed on the
-    pre-transformed weights). Each run fills its buffers and a shadow past them with a pattern of its own, so the
-    refusal, to the digit, does not depend on what the heap held: twice the same line."""
+    pre-transformed weights). Each run fills its buffers and shadows before and past them with a pattern of its
+    own, so the refusal, to the digit, does not depend on what the heap held: twice the same line."""
     from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
-    param = NcnnParam.parse(NCNN_READS_PAST)
+    param = NcnnParam.parse(text)
     (tmp_path / "m.param").write_text(param.format())
     (tmp_path / "m.bin").write_bytes(random_modelbin(param, seed=0).to_bytes())
     refusals = []
     for attempt in range(2):
         out = tmp_path / f"out{attempt}"
-        proc = run_module("slice", str(tmp_path / "m.param"), "--budget", "10MB", "--input-shape", "1,10,24",
+        proc = run_module("slice", str(tmp_path / "m.param"), "--budget", "10MB", "--input-shape", shape,
                           "--threads", "2", *([] if pretransform else ["--no-pretransform"]), "-o", str(out))
         line = assert_user_error(proc, "NCNN gives the same input two different results", "re-export it")
         refusals.append(line[line.index("NCNN gives"):])

@@ -209,8 +209,8 @@ Status compare_outputs(const NamedMats& a, const NamedMats& b)
 // run_unrecorded twice, every buffer from `first`, then from `second` (heaps of other patterns, which
 // outlive the model and `outputs`): NCNN's kernels give the same input the same output, so a model
 // whose two runs differ reads memory no blob or weight of it holds (a layer given a blob of another
-// rank than it indexes, as some exporters write); a read past a blob reads its heap's pattern, so the
-// runs differ whatever the heap held before. `outputs` is the first run's.
+// rank than it indexes, as some exporters write); a read past a blob, or before it, reads its heap's
+// pattern, so the runs differ whatever the heap held before. `outputs` is the first run's.
 Status run_reproducible(Model& model, const NamedMats& inputs, const std::vector<std::string>& output_names,
                         PatternAllocator& first, PatternAllocator& second, RecordingHooks& hooks, StepClock& clock,
                         NamedMats& outputs)
