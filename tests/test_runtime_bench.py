@@ -39,6 +39,13 @@ def bench(runner: list[str], target: str, tmp_path: Path, *args: str, writer: Wr
     return json.loads(lines[0]), np.load(tmp_path / "out.npy")
 
 
+def assert_mapped(report: dict) -> None:
+    """The timed runs made records resident in the mapped file, over the arena's bytes: the device
+    binary really mapped them (a silent fallback to reading them would give the same outputs)."""
+    assert report["mapped_weight_bytes"] > 0
+    assert 0 < report["mapped_peak_bytes"] <= report["arena_bytes"]
+
+
 @pytest.mark.parametrize("runner, target", [([], "host"), (QEMU_A72, "linux-aarch64")], ids=["host", "qemu-aarch64"])
 def test_bench_runs_the_tightest_plan_and_matches_stock_ncnn(runner: list[str], target: str, tmp_path: Path) -> None:
     report, out = bench(runner, target, tmp_path, "budget=min")
@@ -47,6 +54,8 @@ def test_bench_runs_the_tightest_plan_and_matches_stock_ncnn(runner: list[str], 
     assert report["mode"] == "flexnn"
     assert 0 < report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
     assert all(key in report["latency_us"] for key in ("min", "median", "max"))
+    # at the tightest budget every weighted layer streams, read into the arena, none mapped
+    assert report["arena_weight_bytes"] > 0 and report["mapped_weight_bytes"] == report["mapped_peak_bytes"] == 0
 
 
 @pytest.mark.parametrize("runner, target", [([], "host"), (QEMU_A72, "linux-aarch64")], ids=["host", "qemu-aarch64"])
@@ -57,6 +66,7 @@ def test_mapped_weights_run_the_tightest_mapped_plan_and_match_stock_ncnn(runner
     report, out = bench(runner, target, tmp_path, "budget=min", "map_weights=1")
     assert_close(out, ref)
     assert 0 < report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
+    assert_mapped(report)
 
 
 @pytest.mark.parametrize("runner, target", [([], "host"), (QEMU_A72, "linux-aarch64")], ids=["host", "qemu-aarch64"])
@@ -69,6 +79,7 @@ def test_mapped_weights_faulted_in_by_the_computing_threads_match_stock_ncnn(run
                         writer=write_wide)
     assert_close(out, ref)
     assert 0 < report["arena_bytes"] + report["outside_arena_bytes"] <= report["budget"]
+    assert_mapped(report)
 
 
 @pytest.mark.parametrize("name", sorted(WRITERS))

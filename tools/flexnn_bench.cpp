@@ -20,9 +20,11 @@
 //     loops=8 warmup=4 threads=1 loader=any|little|middle|big|computing input=data output=output
 //
 // Output: {"mode", "budget", "latency_us": {"min", "median", "max"}, "arena_bytes", "outside_arena_bytes",
-// "uncounted_rss_bytes", "vm_hwm_minus_idle_bytes", "load_wait_us_median"}; uncounted_rss_bytes: what the
-// process held beyond the runtime's count in a first inference, which the plan run leaves room for
-// (0 for stock / direct). Errors: one "error: ..." line, exit 1.
+// "uncounted_rss_bytes", "vm_hwm_minus_idle_bytes", "load_wait_us_median", "arena_weight_bytes",
+// "mapped_weight_bytes", "mapped_peak_bytes"}; uncounted_rss_bytes: what the process held beyond the
+// runtime's count in a first inference, which the plan run leaves room for (0 for stock / direct);
+// arena_weight_bytes / mapped_weight_bytes: the weight bytes the timed runs were served in the arena /
+// made resident in the mapped file, summed; mapped_peak_bytes: the most bytes of records mapped at once. Errors: one "error: ..." line, exit 1.
 #include "planner/planner.h"
 #include "runtime/executor.h"
 #include "runtime/heap_policy.h"
@@ -129,6 +131,8 @@ int main(int argc, char** argv)
 
     std::vector<double> latencies, waits;
     uint64_t arena = 0, outside = 0, uncounted_rss = 0;
+    uint64_t arena_weights = 0, mapped_weights = 0, mapped_peak = 0; // the timed runs'
+
     flexnn::NamedMats last_outputs;
     if (mode == "stock" || mode == "direct")
     {
@@ -216,6 +220,9 @@ int main(int argc, char** argv)
             {
                 latencies.push_back(stats.latency_us);
                 waits.push_back(stats.load_wait_us);
+                arena_weights += stats.arena_weight_bytes;
+                mapped_weights += stats.mapped_weight_bytes;
+                mapped_peak = std::max(mapped_peak, stats.mapped_peak_bytes);
             }
             outside = std::max(outside, stats.outside_peak_bytes);
         }
@@ -233,10 +240,11 @@ int main(int argc, char** argv)
     }
     printf("{\"mode\": \"%s\", \"budget\": %llu, \"latency_us\": {\"min\": %.1f, \"median\": %.1f, \"max\": %.1f}, \"arena_bytes\": %llu, "
            "\"outside_arena_bytes\": %llu, \"uncounted_rss_bytes\": %llu, \"vm_hwm_minus_idle_bytes\": %lld, "
-           "\"load_wait_us_median\": %.1f}\n",
+           "\"load_wait_us_median\": %.1f, \"arena_weight_bytes\": %llu, \"mapped_weight_bytes\": %llu, \"mapped_peak_bytes\": %llu}\n",
            mode.c_str(), (unsigned long long)budget, *std::min_element(latencies.begin(), latencies.end()), median(latencies),
            *std::max_element(latencies.begin(), latencies.end()), (unsigned long long)arena, (unsigned long long)outside,
            (unsigned long long)uncounted_rss,
-           (long long)hwm - (long long)idle_rss, median(waits));
+           (long long)hwm - (long long)idle_rss, median(waits), (unsigned long long)arena_weights,
+           (unsigned long long)mapped_weights, (unsigned long long)mapped_peak);
     return 0;
 }
