@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from .cli import UserError, add_logging_args, run_main, setup_logging
-from .files import atomic_write
+from .files import atomic_write, write_npz
 from .units import format_size, parse_size
 
 
@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for _ in range(args.loops):
         outputs = session.run(inputs)
     if args.output:
-        atomic_write(args.output, lambda f: np.savez(f, **outputs))
+        atomic_write(args.output, lambda f: write_npz(f, outputs))
     stats = session.stats()
     if args.json:
         print(json.dumps({k: v for k, v in stats.items() if k not in ("load_wait_us", "latency_us", "loader_cpu_us")}
