@@ -16,6 +16,7 @@ from model_helpers import corpus, relative_error
 from flexnn_ncnn import Session
 from flexnn_ncnn.analysis import analyze
 from flexnn_ncnn.bench.floor import activation_floor
+from flexnn_ncnn.cli import UserError
 from flexnn_ncnn.ncnn_model import BlobShape, Graph, ModelBin, NcnnParam, infer_shapes, parse_input_shape, read_bin, read_param
 from flexnn_ncnn.ncnn_model.param import SHAPE_HINT_ID
 from flexnn_ncnn.ncnn_model.random_weights import random_modelbin
@@ -27,6 +28,7 @@ from flexnn_ncnn.slicing import Target, slice_model, spatial
 from flexnn_ncnn.slicing.policy import smallest_working_set
 from flexnn_ncnn.slicing.rewrite import REFERENCE_LAYER_ID
 from flexnn_ncnn.slicing.streaming import StreamModel
+from flexnn_ncnn.units import format_size
 from test_int8 import int8_of
 
 pytest.importorskip("ncnn")
@@ -217,6 +219,19 @@ def test_below_what_one_tiled_block_reaches_two_are_tiled(tmp_path: Path) -> Non
         x = np.random.default_rng(seed).standard_normal(shapes["data"].numpy()).astype(np.float32)
         ref, got = (run_stock(*files, {"data": x}, ["output"])["output"] for files in (original, tiled))
         assert relative_error(ref, got) < TOLERANCE
+
+
+def test_below_what_tiling_reaches_the_refusal_names_both_needs(tmp_path: Path) -> None:
+    """A budget below the tiled model's smallest need is refused naming the bottleneck's untiled need
+    and what tiling brings it to, the lower bound (not 'no tiling fits' beside a larger number)."""
+    param, modelbin, graph, shapes, _ = _model(TWO_STAGES, "1,3,128,128", tmp_path, "two")
+    tiler = spatial.Tiler(spatial.TiledModel(param, modelbin, graph, shapes, analyze(graph, shapes), ()), HOST)
+    tiled = tiler.smallest_need()
+    with pytest.raises(UserError) as info:
+        slice_model(param, modelbin, graph, shapes, tiled - 1, HOST, tiler=tiler)
+    message = str(info.value)
+    assert f"spatial tiling of its blocks brings that to {format_size(tiled)}, not below" in message, message
+    assert f"no budget below {format_size(tiled)} is feasible" in message, message
 
 
 def _unet(shape: str, folder: Path):

@@ -97,11 +97,12 @@ def slice_model(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict
         tiler = spatial.Tiler(spatial.TiledModel(param, modelbin, graph, shapes, analyses, ()), target)
     min_budget = min(untiled, tiler.smallest_need() + reserve)
     if budget < min_budget:
+        tiling = ("spatial tiling of its blocks needs no less" if min_budget == untiled else
+                  f"spatial tiling of its blocks brings that to {format_size(min_budget)}, not below")
         raise UserError(
             f"budget {format_size(budget)} is too small: layer {bottleneck.layer.name} ({bottleneck.layer.type}) "
-            f"needs {format_size(untiled)} with its live activations even fully sliced, and "
-            f"no spatial tiling of its blocks fits, so no budget below {format_size(min_budget)} is feasible "
-            f"(`--budget min` finds the smallest feasible budget)")
+            f"needs {format_size(untiled)} with its live activations even fully sliced, and {tiling}, so no "
+            f"budget below {format_size(min_budget)} is feasible (`--budget min` finds the smallest feasible budget)")
     tiled = tiler.tile(budget - reserve) if budget < untiled else None
     tilings: tuple[spatial.Option, ...] = ()
     if tiled is not None:
