@@ -24,7 +24,8 @@
 // "mapped_weight_bytes", "mapped_peak_bytes"}; uncounted_rss_bytes: what the process held beyond the
 // runtime's count in a first inference, which the plan run leaves room for (0 for stock / direct);
 // arena_weight_bytes / mapped_weight_bytes: the weight bytes the timed runs were served in the arena /
-// made resident in the mapped file, summed; mapped_peak_bytes: the most bytes of records mapped at once. Errors: one "error: ..." line, exit 1.
+// made resident in the mapped file, summed; mapped_peak_bytes: the most bytes of records mapped at
+// once. Errors: one "error: ..." line, exit 1.
 #include "planner/planner.h"
 #include "runtime/executor.h"
 #include "runtime/heap_policy.h"
@@ -132,7 +133,6 @@ int main(int argc, char** argv)
     std::vector<double> latencies, waits;
     uint64_t arena = 0, outside = 0, uncounted_rss = 0;
     uint64_t arena_weights = 0, mapped_weights = 0, mapped_peak = 0; // the timed runs'
-
     flexnn::NamedMats last_outputs;
     if (mode == "stock" || mode == "direct")
     {
