@@ -1,7 +1,7 @@
 """The SwapNet-style baseline (bench/swapnet.py): block-streaming plans on a hand-made profile (blocks
 alternate weight regions, each block's loads wait for block k - 2, the checker accepts every plan, the
 smallest budget it names is accepted and one byte less is not), and the benchmark's child running the
-residual test model through the runtime at that smallest budget and at a generous one, outputs equal
+chain of equal layers through the runtime at that smallest budget and at a generous one, outputs equal
 to stock NCNN, memory within the budget. No timing is asserted."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from flexnn_ncnn.cli import UserError
 from flexnn_ncnn.planning import ARENA_MARGIN, LayerCost, Profile, TensorUse
 from flexnn_ncnn.prepare import RuntimeOptions, prepare_model
 from helpers import run_module
-from test_runtime import write_residual
+from test_runtime import _flagged, _floats
 
 # per computing step 1..6: the sizes of its weights (a kernel, a bias); step 0 feeds the input, step 7 the outputs
 WEIGHTS = {1: (1000, 40), 2: (3000, 40), 3: (500, 40), 4: (2000, 40), 5: (1500, 40), 6: (800, 40)}
@@ -114,14 +114,28 @@ def test_a_weight_outliving_its_layer_is_refused() -> None:
         swapnet.swapnet_plan(Profile(tuple(tensors), profile.layers), 10**6)
 
 
+# four equal InnerProducts: whatever kernels and packing the host picks, every layer's weights are
+# alike, so all of them (4x) exceed two layers' (2x) and the smallest budget streams blocks
+CHAIN_PARAM = """7767517
+5 5
+Input            data   0 1 data 0=64
+InnerProduct     fc1    1 1 data h1 0=64 1=1 2=4096 9=1
+InnerProduct     fc2    1 1 h1 h2 0=64 1=1 2=4096 9=1
+InnerProduct     fc3    1 1 h2 h3 0=64 1=1 2=4096 9=1
+InnerProduct     fc4    1 1 h3 output 0=64 1=1 2=4096
+"""
+
+
 @pytest.fixture(scope="module")
-def residual(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The runtime tests' residual block, described as `python -m flexnn_ncnn.models` writes a model."""
-    folder = tmp_path_factory.mktemp("residual")
-    param, bin_, x = write_residual(folder)
-    description = {"name": "residual", "param": param.name, "bin": bin_.name, "storage": "fp32",
-                   "inputs": [{"name": "data", "shape": list(x.shape)}], "outputs": ["output"]}
-    path = folder / "residual.json"
+def chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The chain, described as `python -m flexnn_ncnn.models` writes a model."""
+    folder = tmp_path_factory.mktemp("chain")
+    rng = np.random.default_rng(4)
+    (folder / "chain.param").write_text(CHAIN_PARAM)
+    (folder / "chain.bin").write_bytes(b"".join(_flagged(rng, 4096) + _floats(rng, 64) for _ in range(4)))
+    description = {"name": "chain", "param": "chain.param", "bin": "chain.bin", "storage": "fp32",
+                   "inputs": [{"name": "data", "shape": [64]}], "outputs": ["output"]}
+    path = folder / "chain.json"
     path.write_text(json.dumps(description))
     return path
 
@@ -133,16 +147,16 @@ def _child(model: Path, budget: int, outputs: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_the_child_streams_blocks_through_the_runtime(residual: Path, tmp_path: Path) -> None:
+def test_the_child_streams_blocks_through_the_runtime(chain: Path, tmp_path: Path) -> None:
     from flexnn_ncnn.models import read_description
-    refused = _child(residual, 1, tmp_path / "refused.npz")
+    refused = _child(chain, 1, tmp_path / "refused.npz")
     assert refused["config"] == "swapnet" and refused["budget"] == 1 and "latency_ms" not in refused
     smallest = refused["min_feasible_budget"]
     assert f"the smallest feasible budget is {smallest:,} B" in refused["infeasible"]
-    oracle = harness.oracle_outputs(read_description(residual), 0)
+    oracle = harness.oracle_outputs(read_description(chain), 0)
     # every child's prepare recalls the same measured uncounted RSS (flexnn_ncnn/measured.py)
     for budget in (smallest, 4 * smallest):
-        record = _child(residual, budget, tmp_path / f"{budget}.npz")
+        record = _child(chain, budget, tmp_path / f"{budget}.npz")
         assert record["config"] == "swapnet" and record["budget"] == budget and record["plan_ms"] >= 0
         assert "slice_ms" not in record and record["prepare_ms"] > 0  # the unsliced model, prepared as on-demand's
         assert 0 < record["counted_bytes"] <= record["counted_limit_bytes"] < budget
@@ -150,7 +164,7 @@ def test_the_child_streams_blocks_through_the_runtime(residual: Path, tmp_path: 
             assert harness.relative_error(oracle, {k: npz[k] for k in npz.files}) <= 1e-4
     # the same layout from the same profile (nothing beside the arena: the child's budgets also held the
     # uncounted RSS): at its smallest budget the blocks stream, at four times it all is pinned
-    description = read_description(residual)
+    description = read_description(chain)
     profile = prepare_model(description["param"], description["bin"], None, options=RuntimeOptions(threads=1, fp16=False)).profile
     alone = smallest_budget(profile)
     streaming, pinned = swapnet.swapnet_plan(profile, alone), swapnet.swapnet_plan(profile, 4 * alone)
