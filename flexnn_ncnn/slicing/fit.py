@@ -26,11 +26,14 @@ probe at or above such a budget, and the search's answer, take one (sliced and p
 it plans. Last, the slicing found may plan within less than the probe it fitted: its own smallest
 budget (prepare's smallest plan, measured running) is the answer when lower. The answer is kept on
 disk (verified.py): a later fit that misses a budget at or above it takes its slicing before searching
-again, and a later search starts with it, so another process does not name a larger one.
+again, and a later search starts with it, so another process does not name a larger one. Within one
+fit or search, probes and confirmations come back to the same budgets and slicings: each slicing is
+prepared once per budget and each loop that misses runs once per budget and starting reserve (Attempts).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import tempfile
 import time
@@ -83,6 +86,51 @@ def tiler_of(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[st
     return spatial.Tiler(spatial.TiledModel(param, modelbin, graph, shapes, analyze(graph, shapes), ()), target)
 
 
+Outcome = sidecar.Sidecar | planning.InfeasibleBudget  # a slicing prepared for a budget
+LoopOutcome = tuple[SlicingResult | None, int, int]  # _fit's
+
+
+class Attempts:
+    """What one fit or search keeps across its attempts and probes: the model's spatial tiler (its tiled
+    models serve every slicing), each slicing's prepared outcome by its .param and budget, and the
+    outcome of each fit loop that missed by its budget and starting reserve. Probes and confirmations
+    come back to the same budgets and slicings, and what a loop decides follows from the measurements
+    the meter recalls and the outcomes kept here: so each slicing is prepared once per budget (it runs
+    the model) and each loop that misses runs once. Nothing kept holds a slicing's weights (a fitting
+    loop's slicing is made again, its prepare recalled: kept, NCNN's VGG-16 search held 24 GB of them
+    before the kernel killed it). `steps` shows each slicing prepared."""
+
+    def __init__(self, tiler: spatial.Tiler, steps: Steps, graph: Graph, shapes: dict[str, BlobShape],
+                 options: RuntimeOptions, scratch: Path):
+        self.tiler, self.steps = tiler, steps
+        self._graph, self._shapes, self._options, self._scratch = graph, shapes, options, scratch
+        self._prepared: dict[tuple[str, int | None], Outcome] = {}
+        self.missed: dict[tuple[int, int], LoopOutcome] = {}
+
+    def prepared(self, result: SlicingResult, budget: int | None, stem: str, shown: str) -> sidecar.Sidecar:
+        """_prepared(result, budget, ...), once per slicing and budget (shown as `shown` then); raises the
+        InfeasibleBudget it raised."""
+        key = (hashlib.sha256(result.param.format().encode()).hexdigest(), budget)
+        if key not in self._prepared:
+            self.steps.prepare(shown)
+            try:
+                self._prepared[key] = _prepared(result, budget, self._graph, self._shapes, self._options, self._scratch, stem)
+            except planning.InfeasibleBudget as e:
+                self._prepared[key] = _unraised(e)
+        outcome = self._prepared[key]
+        if isinstance(outcome, planning.InfeasibleBudget):
+            raise _unraised(outcome)
+        return outcome
+
+
+def _unraised(e: planning.InfeasibleBudget) -> planning.InfeasibleBudget:
+    """A copy of `e` that was never raised: a raised one's traceback holds the frames it passed, and
+    they the slicing and its weights."""
+    copy = planning.InfeasibleBudget(e.budget, e.min_feasible_budget, e.reason, beside_arena=e.beside_arena)
+    copy.args = e.args
+    return copy
+
+
 def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
                   target: Target, options: RuntimeOptions, scratch: Path, progress: bool = False,
                   stream: StreamModel | None = None) -> SlicingResult:
@@ -92,25 +140,24 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
     each slicing prepared (Steps)."""
     named: dict[int, Missed] = {}  # the attempts that missed, for the search
     with Steps(progress) as steps:
+        attempts = Attempts(tiler_of(param, modelbin, graph, shapes, target), steps, graph, shapes, options, scratch)
         try:
-            tiler = tiler_of(param, modelbin, graph, shapes, target)  # its tiled models serve every fit below
-            return _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, steps, stream, tiler,
-                                   0, named)[0]
+            return _fit_confirming(param, modelbin, graph, shapes, budget, target, options, stream, attempts, 0, named)[0]
         except planning.InfeasibleBudget as missed:
             log.info("no slicing fitted %s (%s): searching the smallest budget that fits", format_size(budget), missed)
             beside = missed.beside_arena
         key = verified.search_key(param, modelbin, {name: shapes[name] for name in graph.inputs}, target, options, stream)
         known = verified.recall(key)
         if known is not None and known.need <= budget:
-            steps.prepare(f"{format_size(budget)}, the smallest budget's slicing")
             result = _sliced_again(param, modelbin, graph, shapes, Missed(known.budget, known.reserve), budget, target,
-                                   options, scratch, stream, LayerMeter(options), tiler)
+                                   options, stream, LayerMeter(options), attempts,
+                                   f"{format_size(budget)}, the smallest budget's slicing")
             if result is not None:
                 log.info("%s fits with the slicing an earlier search verified at %s", format_size(budget),
                          format_size(known.need))
                 return result
-        found = smallest_budget(param, modelbin, graph, shapes, target, options, scratch, stream, tiler=tiler,
-                                beside=beside, named=named, steps=steps, key=key)
+        found = smallest_budget(param, modelbin, graph, shapes, target, options, scratch, stream, attempts=attempts,
+                                beside=beside, named=named, key=key)
     if found.budget <= budget:
         log.info("the slicing for the smallest budget, %s, fits %s", format_size(found.budget), format_size(budget))
         return found.result
@@ -120,23 +167,22 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
 
 
 def _fit_confirming(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
-                    target: Target, options: RuntimeOptions, scratch: Path, steps: Steps,
-                    stream: StreamModel | None, tiler: spatial.Tiler, beside: int,
+                    target: Target, options: RuntimeOptions, stream: StreamModel | None, attempts: Attempts, beside: int,
                     named: dict[int, Missed] | None = None) -> tuple[SlicingResult, int]:
     """The fit loop (its reserve from `beside`, bytes measured beside the arena) and what its slicing holds
     beside the arena, or, when it misses, the loop again at the smallest budget it reported, followed
     while a new slicing for it still misses: raises InfeasibleBudget naming the last one found and what
     it measured beside the arena. `named` collects the attempts that missed (_fit)."""
-    result, smallest, beside = _fit(param, modelbin, graph, shapes, budget, target, options, scratch, steps, stream,
-                                    tiler, beside, named)
+    result, smallest, beside = _fit(param, modelbin, graph, shapes, budget, target, options, stream, attempts, beside,
+                                    named)
     if result is not None:
         return result, beside
     for _ in range(MAX_ATTEMPTS):
         if not smallest:
             break
         log.info("confirming that %s fits", format_size(smallest))
-        confirmed, found, beside = _fit(param, modelbin, graph, shapes, smallest, target, options, scratch, steps,
-                                        stream, tiler, beside, named)
+        confirmed, found, beside = _fit(param, modelbin, graph, shapes, smallest, target, options, stream, attempts,
+                                        beside, named)
         if confirmed is not None:
             break
         if not found or found <= smallest:
@@ -146,12 +192,25 @@ def _fit_confirming(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
 
 
 def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int, target: Target,
-         options: RuntimeOptions, scratch: Path, steps: Steps, stream: StreamModel | None,
-         tiler: spatial.Tiler, beside: int,
-         named: dict[int, Missed] | None = None) -> tuple[SlicingResult | None, int, int]:
+         options: RuntimeOptions, stream: StreamModel | None, attempts: Attempts, beside: int,
+         named: dict[int, Missed] | None = None) -> LoopOutcome:
     """(the fitting slicing, 0, what it holds beside the arena), or (None, the smallest feasible budget
     any attempt's plan reported, the bytes its last attempt measured beside the arena); the reserve
-    starts at `beside`. Each attempt that misses is put in `named` under the budget its plan named."""
+    starts at `beside`. Each attempt that misses is put in `named` under the budget its plan named. A
+    loop that missed runs once per budget and `beside` (attempts.missed): it would decide the same again."""
+    key = (budget, beside)
+    if key in attempts.missed:
+        return attempts.missed[key]
+    outcome = _loop(param, modelbin, graph, shapes, budget, target, options, stream, attempts, beside, named)
+    if outcome[0] is None:
+        attempts.missed[key] = outcome
+    return outcome
+
+
+def _loop(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int, target: Target,
+          options: RuntimeOptions, stream: StreamModel | None, attempts: Attempts, beside: int,
+          named: dict[int, Missed] | None) -> LoopOutcome:
+    """_fit's loop."""
     meter = LayerMeter(options)
     reserve = beside
     smallest = 0  # the smallest feasible budget an attempt's plan reported (0: none yet)
@@ -159,7 +218,8 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
     step = 0  # the reserve's last increase
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            result = slice_model(param, modelbin, graph, shapes, budget, target, reserve, False, stream, meter.cost, tiler)
+            result = slice_model(param, modelbin, graph, shapes, budget, target, reserve, False, stream, meter.cost,
+                                 attempts.tiler)
         except UserError as e:
             log.info("attempt %d (reserve %s): %s", attempt, format_size(reserve), e)
             if reserve and not smallest:
@@ -173,8 +233,7 @@ def _fit(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, B
                 continue
             break  # the slicer cannot cut further
         try:
-            steps.prepare(f"{format_size(budget)}, attempt {attempt}")
-            prepared = _prepared(result, budget, graph, shapes, options, scratch, f"attempt{attempt}")
+            prepared = attempts.prepared(result, budget, f"attempt{attempt}", f"{format_size(budget)}, attempt {attempt}")
             return result, 0, prepared.reserved_for(prepared.plan) + planning.ARENA_MARGIN
         except planning.InfeasibleBudget as e:
             if not e.min_feasible_budget:
@@ -242,7 +301,7 @@ class SmallestBudget:
 
 def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], target: Target,
                     options: RuntimeOptions, scratch: Path, stream: StreamModel | None = None,
-                    resolution: int = 64 * 1024, tiler: spatial.Tiler | None = None, beside: int = 0,
+                    resolution: int = 64 * 1024, attempts: Attempts | None = None, beside: int = 0,
                     named: dict[int, Missed] | None = None, steps: Steps | None = None,
                     key: dict[str, Any] | None = None) -> SmallestBudget:
     """The smallest budget the fit loop fits, to within `resolution` bytes (or 1%): bisection between
@@ -255,11 +314,12 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
     Attempts that missed (`named`: the caller's, then the probes') are kept under the budget their
     plans named: a probe at or above one first slices it again and tries it, and so does the answer.
     The answer an earlier search kept under `key` (verified.search_key; made here if None) is among
-    them, and the answer found is kept there. `steps` shows each slicing prepared (none: nothing shown)."""
+    them, and the answer found is kept there. `attempts`: the caller's (its fit's slicings prepared and
+    loops run), else made here, showing each slicing prepared on `steps` (none: nothing shown)."""
     started = time.monotonic()
-    steps = steps or Steps(False)
+    attempts = attempts or Attempts(tiler_of(param, modelbin, graph, shapes, target), steps or Steps(False), graph, shapes,
+                                    options, scratch)
     probes: list[Probe] = []
-    tiler = tiler or tiler_of(param, modelbin, graph, shapes, target)
     measured = [beside] if beside else []  # what loops measured beside the arena
     # every attempt that missed, under the budget its prepared plan named: its slicing fits any budget
     # from there up, though the loop at such a budget may slice otherwise and miss (it is not monotone)
@@ -275,9 +335,8 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
         """The slicing of the attempt that named the least budget within `budget`, where it plans again."""
         for need in sorted(n for n in named if n <= budget):
             missed = named.pop(need)  # tried once: measured again, a slicing that needs more is no candidate
-            steps.prepare(f"{format_size(budget)}, probe {len(probes) + 1}")
-            result = _sliced_again(param, modelbin, graph, shapes, missed, budget, target, options, scratch, stream, meter,
-                                   tiler)
+            result = _sliced_again(param, modelbin, graph, shapes, missed, budget, target, options, stream, meter, attempts,
+                                   f"{format_size(budget)}, probe {len(probes) + 1}")
             if result is not None:
                 log.info("%s fits with the slicing an attempt at %s planned for %s", format_size(budget),
                          format_size(missed.budget), format_size(need))
@@ -295,8 +354,8 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
         missed: planning.InfeasibleBudget | None = None
         for start in dict.fromkeys((min(measured, default=0), 0)):
             try:
-                result, held = _fit_confirming(param, modelbin, graph, shapes, budget, target, options, scratch, steps,
-                                               stream, tiler, start, named)
+                result, held = _fit_confirming(param, modelbin, graph, shapes, budget, target, options, stream, attempts,
+                                               start, named)
             except planning.InfeasibleBudget as e:
                 missed = e
                 if e.beside_arena:
@@ -311,7 +370,8 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
         log.info("probe %d: %s does not fit (%s)", len(probes), format_size(budget), missed)
         raise missed
 
-    low = slice_model(param, modelbin, graph, shapes, 1 << 62, target, stream=stream, measure=meter.cost, tiler=tiler).min_budget
+    low = slice_model(param, modelbin, graph, shapes, 1 << 62, target, stream=stream, measure=meter.cost,
+                      tiler=attempts.tiler).min_budget
     high, best = low, None
     for _ in range(MAX_ATTEMPTS):
         try:
@@ -338,8 +398,7 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
             best, high = result, below
     # the slicing found may plan within less than the probe it fitted (between probes whose loops
     # sliced otherwise): its own smallest budget, as prepare plans and measures it
-    steps.prepare(f"the smallest, {format_size(high)}")
-    own = _prepared(best, None, graph, shapes, options, scratch, "smallest").plan.budget
+    own = attempts.prepared(best, None, "smallest", f"the smallest, {format_size(high)}").plan.budget
     if own < high:
         log.info("the slicing found fits %s, its own smallest budget", format_size(own))
         probes.append(Probe(own, True))
@@ -349,14 +408,14 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
 
 
 def _sliced_again(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], missed: Missed,
-                  budget: int, target: Target, options: RuntimeOptions, scratch: Path, stream: StreamModel | None,
-                  meter: LayerMeter, tiler: spatial.Tiler) -> SlicingResult | None:
-    """The slicing `missed` makes again, when it plans within `budget` (prepared here), else None (also when
-    the slicer refuses it now: what it measures may differ from when the slicing was kept)."""
+                  budget: int, target: Target, options: RuntimeOptions, stream: StreamModel | None,
+                  meter: LayerMeter, attempts: Attempts, shown: str) -> SlicingResult | None:
+    """The slicing `missed` makes again, when it plans within `budget` (prepared, shown as `shown`), else
+    None (also when the slicer refuses it now: what it measures may differ from when it was kept)."""
     try:
         result = slice_model(param, modelbin, graph, shapes, missed.budget, target, missed.reserve, stream=stream,
-                             measure=meter.cost, tiler=tiler)
-        _prepared(result, budget, graph, shapes, options, scratch, "again")
+                             measure=meter.cost, tiler=attempts.tiler)
+        attempts.prepared(result, budget, "again", shown)
     except (UserError, planning.InfeasibleBudget):
         return None
     return result
