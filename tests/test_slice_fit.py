@@ -165,12 +165,12 @@ def test_the_slicings_tried_are_each_prepared_once_and_leave_no_files_behind(mod
     shapes = infer_shapes(param, graph, parse_input_shapes([shape], param, graph, "--input-shape"), bin_path)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    prepared: list[tuple[str, int | None]] = []
+    prepared: list[tuple[str, int | None]] = []  # each slicing prepared: its .param, its budget
+    prepare_slicing = fit._prepared
 
     def counted(result, budget, *args):
         prepared.append((result.param.format(), budget))
         return prepare_slicing(result, budget, *args)
-    prepare_slicing = fit._prepared
     monkeypatch.setattr(fit, "_prepared", counted)
     with pytest.raises(planning.InfeasibleBudget):  # the loop misses, then the search tries many more
         fit_to_budget(param, read_bin(param, bin_path), graph, shapes, NO_FIT, target_for("host"), RuntimeOptions(), scratch)
