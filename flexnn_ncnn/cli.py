@@ -12,6 +12,7 @@ import logging
 import signal
 import subprocess
 import sys
+import threading
 from typing import Callable, Sequence
 
 USER_ERROR_EXIT = 2
@@ -21,8 +22,25 @@ class UserError(Exception):
     """An error the user can fix; its message is one readable line."""
 
 
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP reached the process (a `timeout`, a closed terminal, a job manager): raised in the
+    main thread like KeyboardInterrupt, so that every `with` unwinds (temporary folders, half-written
+    outputs) before the verb exits, as it does for Ctrl-C."""
+
+    def __init__(self, number: int) -> None:
+        super().__init__(signal.Signals(number).name)
+        self.number = number
+
+
+def _raise_stopped(number: int, _frame: object) -> None:
+    raise Stopped(number)
+
+
 def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None) -> int:
-    """Run a verb's `main`, mapping `UserError` to exit code 2 and one line on stderr."""
+    """Run a verb's `main`, mapping `UserError` to exit code 2 and one line on stderr, and an interrupt
+    (Ctrl-C, SIGTERM, SIGHUP) to one line and 128 + the signal, after its cleanup ran."""
+    handled = (signal.SIGTERM, signal.SIGHUP) if threading.current_thread() is threading.main_thread() else ()
+    previous = {number: signal.signal(number, _raise_stopped) for number in handled}
     try:
         return int(main(argv) or 0)
     except UserError as e:
@@ -30,7 +48,13 @@ def run_main(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[
         return USER_ERROR_EXIT
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT
+    except Stopped as e:
+        print(f"error: stopped ({e})", file=sys.stderr)
+        return 128 + e.number
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def ended_by_signal(number: int) -> str:

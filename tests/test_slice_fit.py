@@ -19,10 +19,12 @@ import json
 import os
 import pty
 import re
+import signal
 import struct
 import subprocess
 import sys
 import termios
+import time
 from pathlib import Path
 
 import numpy as np
@@ -176,3 +178,22 @@ def test_the_slicings_tried_are_each_prepared_once_and_leave_no_files_behind(mod
         fit_to_budget(param, read_bin(param, bin_path), graph, shapes, NO_FIT, target_for("host"), RuntimeOptions(), scratch)
     assert not list(scratch.iterdir())
     assert len(prepared) > 1 and len(set(prepared)) == len(prepared)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_slice_stopped_by_a_signal_cleans_up_and_says_so(sig: str, model, tmp_path: Path) -> None:
+    """A `timeout` or a closed terminal stops a long search as Ctrl-C does: the prepares' scratch folder
+    (hundreds of MB for a large model) is removed, nothing is written, and the exit is one line."""
+    param, shape, _ = model
+    out = tmp_path / "out"
+    with subprocess.Popen([sys.executable, "-m", "flexnn_ncnn.slice", str(param), "--budget", "min", "--input-shape", shape,
+                           "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
+                          env={**os.environ, "FLEXNN_NCNN_CACHE": str(tmp_path / "cache")}) as proc:
+        while proc.poll() is None and not list(out.glob(".resnet152.slicing-*/*")):  # a prepare under way
+            time.sleep(0.05)
+        assert proc.poll() is None, "the search ended before a prepare was seen"
+        proc.send_signal(getattr(signal, sig))
+        _, stderr = proc.communicate(timeout=120)
+    lines = [l for l in stderr.splitlines() if l.strip()]
+    assert proc.returncode == 128 + getattr(signal, sig) and lines == [f"error: stopped ({sig})"], (proc.returncode, stderr)
+    assert not list(out.iterdir())
