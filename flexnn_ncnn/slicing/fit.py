@@ -168,17 +168,18 @@ def fit_to_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: di
 
 def _fit_confirming(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: dict[str, BlobShape], budget: int,
                     target: Target, options: RuntimeOptions, stream: StreamModel | None, attempts: Attempts, beside: int,
-                    named: dict[int, Missed] | None = None) -> tuple[SlicingResult, int]:
+                    named: dict[int, Missed] | None = None, known_fit: int | None = None) -> tuple[SlicingResult, int]:
     """The fit loop (its reserve from `beside`, bytes measured beside the arena) and what its slicing holds
     beside the arena, or, when it misses, the loop again at the smallest budget it reported, followed
-    while a new slicing for it still misses: raises InfeasibleBudget naming the last one found and what
-    it measured beside the arena. `named` collects the attempts that missed (_fit)."""
+    while a new slicing for it still misses and it is below `known_fit` (a budget known to fit): raises
+    InfeasibleBudget naming the last one found and what it measured beside the arena. `named` collects
+    the attempts that missed (_fit)."""
     result, smallest, beside = _fit(param, modelbin, graph, shapes, budget, target, options, stream, attempts, beside,
                                     named)
     if result is not None:
         return result, beside
     for _ in range(MAX_ATTEMPTS):
-        if not smallest:
+        if not smallest or (known_fit is not None and smallest >= known_fit):
             break
         log.info("confirming that %s fits", format_size(smallest))
         confirmed, found, beside = _fit(param, modelbin, graph, shapes, smallest, target, options, stream, attempts,
@@ -343,7 +344,10 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
                 return result
         return None
 
-    def fit(budget: int) -> SlicingResult:
+    def fit(budget: int, known_fit: int | None = None) -> SlicingResult:
+        """The slicing that fits `budget`, else raises InfeasibleBudget. A budget its plans name at or
+        above `known_fit` is not confirmed: a loop there that misses names more still, which no probe
+        below `known_fit` can use, and one that fits tells the bisection nothing."""
         result = named_fitting(budget)
         if result is not None:
             probes.append(Probe(budget, True))
@@ -355,7 +359,7 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
         for start in dict.fromkeys((min(measured, default=0), 0)):
             try:
                 result, held = _fit_confirming(param, modelbin, graph, shapes, budget, target, options, stream, attempts,
-                                               start, named)
+                                               start, named, known_fit)
             except planning.InfeasibleBudget as e:
                 missed = e
                 if e.beside_arena:
@@ -386,7 +390,7 @@ def smallest_budget(param: NcnnParam, modelbin: ModelBin, graph: Graph, shapes: 
     while high - low > max(resolution, high // 100):
         middle = (low + high) // 2
         try:
-            best, high = fit(middle), middle
+            best, high = fit(middle, high), middle
         except planning.InfeasibleBudget:
             low = middle
     # an attempt whose plan named less than the bisection found (between probes that missed)
