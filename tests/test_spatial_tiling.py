@@ -596,3 +596,30 @@ def test_a_budget_the_untiled_model_fits_is_sliced_as_without_tiling(tmp_path: P
         with_options = slice_model(param, modelbin, graph, shapes, budget, HOST, stream=stream)
         assert not with_options.tilings and with_options.streamed_share == plain.streamed_share
         assert with_options.param.format() == plain.param.format()
+
+
+# Caffe's TensorFlow-SAME emulation (MobileNetV2-SSDLite): a Slice cuts a margin row off, and a Noop
+# with no outputs (Caffe's Silence) consumes the margin, so no blob is left unread; NCNN never runs it
+SILENCED = """7767517
+7 7
+Input x 0 1 x 0=64 1=63 2=3
+Convolution c1 1 1 x c1 0=32 1=3 4=1 5=1 6=864 9=1
+Slice s 1 2 c1 margin body -23300=2,1,-233 1=1
+Convolution c2 1 1 body c2 0=32 1=3 4=1 5=1 6=9216 9=1
+Convolution c3 1 1 c2 c3 0=32 1=3 4=1 5=1 6=9216 9=1
+Convolution y 1 1 c3 y 0=4 1=1 5=1 6=128
+Noop silence 1 0 margin
+"""
+
+
+def test_a_layer_without_outputs_is_never_tiled_and_the_model_runs_at_its_smallest_budget(tmp_path: Path) -> None:
+    _, _, graph, shapes, (param_path, bin_path) = _model(SILENCED, "1,3,63,64", tmp_path, "silenced")
+    assert graph.outputs == ["y"]
+    out = tmp_path / "sliced"
+    assert slice_main([str(param_path), "--budget", "min", "--threads", "2", "-o", str(out)]) == 0
+    session = Session(out / "silenced.flexnn.plan.json")
+    for seed in range(1, 4):
+        x = np.random.default_rng(seed).standard_normal((3, 63, 64)).astype(np.float32)
+        ref = run_stock(param_path, bin_path, {"x": x}, ["y"], fp32=False)["y"]
+        assert relative_error(ref, session.run({"x": x})["y"]) < TOLERANCE
+        assert_counted_within_budget(session.stats())

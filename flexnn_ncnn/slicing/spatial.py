@@ -227,7 +227,7 @@ def _tileable(layer: Layer, shapes: dict[str, BlobShape]) -> bool:
     input, a Split, a Slice along channels (ShuffleNetV2's), or a merge of inputs of one spatial size (a
     residual sum, a channel concatenation)."""
     blobs = layer.bottoms + layer.tops
-    if not layer.bottoms or any(b not in shapes or shapes[b].dims != 3 for b in blobs):
+    if not layer.bottoms or not layer.tops or any(b not in shapes or shapes[b].dims != 3 for b in blobs):
         return False
     p = layer.params
     if layer.type == "Split":
