@@ -122,6 +122,16 @@ def _write(param, modelbin, folder: Path, name: str) -> tuple[Path, Path]:
     return paths
 
 
+def _assert_runs_as_stock(session: Session, param: Path, bin_: Path, blob_in: str, blob_out: str) -> None:
+    """Three seeded inputs: the session's output equals stock NCNN's on the original model, and the
+    runtime's count holds the budget."""
+    for seed in range(1, 4):
+        x = np.random.default_rng(seed).standard_normal(session.input_shapes[blob_in]).astype(np.float32)
+        ref = run_stock(param, bin_, {blob_in: x}, [blob_out], fp32=False)[blob_out]
+        assert relative_error(ref, session.run({blob_in: x})[blob_out]) < TOLERANCE
+        assert_counted_within_budget(session.stats())
+
+
 def _block_names(graph: Graph, shapes) -> list[tuple[str, str]]:
     return [(graph.order[b.first + 1].name, graph.order[b.last].name) for b in spatial.blocks(graph, shapes)]
 
@@ -535,12 +545,7 @@ def test_a_unet_below_its_activation_floor_runs_tiled_equal_to_stock(tmp_path: P
     assert slice_main([str(param_path), "--budget", str(budget), "--threads", "2", "-o", str(out), *shape]) == 0
     sliced = (out / "unet.flexnn.param").read_text()
     assert "up2.flexnn_t1_1" in sliced and "up1.flexnn_t1_1" in sliced
-    session = Session(out / "unet.flexnn.plan.json")
-    for seed in range(1, 4):
-        x = np.random.default_rng(seed).standard_normal((3, 256, 256)).astype(np.float32)
-        ref = run_stock(param_path, bin_path, {"data": x}, ["output"], fp32=False)["output"]
-        assert relative_error(ref, session.run({"data": x})["output"]) < TOLERANCE
-        assert_counted_within_budget(session.stats())
+    _assert_runs_as_stock(Session(out / "unet.flexnn.plan.json"), param_path, bin_path, "data", "output")
 
 
 def test_analyze_lists_the_tiling_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -617,9 +622,4 @@ def test_a_layer_without_outputs_is_never_tiled_and_the_model_runs_at_its_smalle
     assert graph.outputs == ["y"]
     out = tmp_path / "sliced"
     assert slice_main([str(param_path), "--budget", "min", "--threads", "2", "-o", str(out)]) == 0
-    session = Session(out / "silenced.flexnn.plan.json")
-    for seed in range(1, 4):
-        x = np.random.default_rng(seed).standard_normal((3, 63, 64)).astype(np.float32)
-        ref = run_stock(param_path, bin_path, {"x": x}, ["y"], fp32=False)["y"]
-        assert relative_error(ref, session.run({"x": x})["y"]) < TOLERANCE
-        assert_counted_within_budget(session.stats())
+    _assert_runs_as_stock(Session(out / "silenced.flexnn.plan.json"), param_path, bin_path, "x", "y")
