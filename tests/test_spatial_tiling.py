@@ -618,7 +618,7 @@ Noop silence 1 0 margin
 
 
 def test_a_layer_without_outputs_is_never_tiled_and_the_model_runs_at_its_smallest_budget(tmp_path: Path) -> None:
-    _, _, graph, shapes, (param_path, bin_path) = _model(SILENCED, "1,3,63,64", tmp_path, "silenced")
+    _, _, graph, _, (param_path, bin_path) = _model(SILENCED, "1,3,63,64", tmp_path, "silenced")
     assert graph.outputs == ["y"]
     out = tmp_path / "sliced"
     assert slice_main([str(param_path), "--budget", "min", "--threads", "2", "-o", str(out)]) == 0
