@@ -286,20 +286,25 @@ class Sidecar:
                   if rows[i, column["layer"]] == 0 and rows[i, column["role"]] == activation}
         if len(self.schedule.input_uses) != len(self.inputs):
             raise UserError(f"schedule.input_uses has {len(self.schedule.input_uses)} entries for {len(self.inputs)} inputs")
+        copied = 0  # the inputs not read in place are copied in order: the j-th copy is ordinal j
         for k, (name, shape) in enumerate(self.inputs.items()):
             floats = 4 * math.prod(shape)
             read, _ = self.schedule.input_uses[k]
-            if read:  # read in place: its floats exactly, and no copy
-                if read != floats or k in copies:
+            if read:  # read in place: its floats exactly
+                if read != floats:
                     raise UserError(f"inputs.{name} {shape} takes {floats} B of floats, the schedule reads {read} B of input "
-                                    f"{k} in place{' beside a copy' if k in copies else ''}: they belong to different models")
+                                    f"{k} in place: they belong to different models")
                 continue
             # the input's copy into the arena: its floats, each channel (the last of w, h, (d,) c) rounded
             # up to 16 B, and NCNN's refcount
             channels = shape[-1] if len(shape) >= 3 else 1
-            if not floats <= copies.get(k, 0) <= floats + 16 * channels + 8:
+            if not floats <= copies.get(copied, 0) <= floats + 16 * channels + 8:
                 raise UserError(f"inputs.{name} {shape} takes {floats} B of floats, the profile's copy of input {k} "
-                                f"{copies.get(k, 0)} B: they belong to different models")
+                                f"{copies.get(copied, 0)} B: they belong to different models")
+            copied += 1
+        if len(copies) != copied:
+            raise UserError(f"the profile copies {len(copies)} inputs into the arena, the schedule reads "
+                            f"{len(self.inputs) - copied} of {len(self.inputs)} in place: they belong to different models")
         for where, plan in (("plan", self.plan), *((f"ladder[{i}]", p) for i, p in enumerate(self.ladder))):
             if not native_checks:
                 break

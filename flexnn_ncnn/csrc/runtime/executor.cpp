@@ -127,9 +127,14 @@ Status Executor::create(const std::string& param_path, const std::string& bin_pa
     e->input_bytes_.assign(e->schedule_.inputs.size(), 0);
     for (size_t k = 0; k < e->input_bytes_.size(); k++)
         e->input_bytes_[k] = e->schedule_.input_uses[k].bytes;
-    for (const TensorUse& t : e->profile_.tensors) // the copies into the arena: step 0's, in input order
-        if (t.layer == 0 && t.role == Role::Activation && t.ordinal < (int)e->input_bytes_.size())
-            e->input_bytes_[t.ordinal] = t.size;
+    // the copies into the arena are step 0's, in the order of the inputs not read in place
+    std::vector<size_t> copied;
+    for (size_t k = 0; k < e->input_bytes_.size(); k++)
+        if (!e->schedule_.input_uses[k].in_place())
+            copied.push_back(k);
+    for (const TensorUse& t : e->profile_.tensors)
+        if (t.layer == 0 && t.role == Role::Activation && t.ordinal >= 0 && t.ordinal < (int)copied.size())
+            e->input_bytes_[copied[t.ordinal]] = t.size;
     e->load_opt_ = e->model_->options();
     e->load_opt_.blob_allocator = nullptr; // all a layer builds lands in the weights allocator
     e->load_opt_.workspace_allocator = nullptr;

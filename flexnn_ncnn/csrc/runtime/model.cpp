@@ -3,6 +3,8 @@
 #include "runtime/heap_policy.h"
 #include "runtime/text_file.h"
 
+#include <algorithm>
+
 #include <datareader.h>
 #include <layer_type.h>
 
@@ -46,8 +48,25 @@ Status read_layer_params(const std::string& path, int layer_count, std::vector<s
     return Status();
 }
 
-// A layer whose output size depends on values (OutputBound) is planned at its bound, which only
-// its own output has: whatever consumes it would size its buffers by the detections in turn.
+// Whether what reads `blob` sizes its buffers by the blob's shape alone, though the blob's size
+// depends on values: nothing reads it (it leaves the model) or, for rois, a ROI layer pools the first
+// one. Not a Split: NCNN converts what a Split reads to packed layouts by its channels, the rois' count.
+bool read_by_shape_alone(const ncnn::Net& net, int blob, bool rois, std::string& reader)
+{
+    const int consumer = net.blobs()[blob].consumer;
+    if (consumer < 0)
+        return true;
+    const ncnn::Layer& layer = *net.layers()[consumer];
+    const int bottom = (int)(std::find(layer.bottoms.begin(), layer.bottoms.end(), blob) - layer.bottoms.begin());
+    if (rois && OutputBound::reads_first_roi(layer.type, bottom))
+        return true;
+    reader = layer.name;
+    return false;
+}
+
+// A detection head's output is planned at its bound, which only its own output has: whatever
+// consumes it would size its buffers by the detections in turn. Proposal's rois are the C heap's;
+// the ROI layers read only their first.
 Status check_value_dependent(const ncnn::Net& net, const ncnn::Layer& layer, const std::string& params)
 {
     LayerParams pd;
@@ -57,13 +76,14 @@ Status check_value_dependent(const ncnn::Net& net, const ncnn::Layer& layer, con
         s = OutputBound::for_layer(layer.type, pd, bound);
     if (!s.ok())
         return Status::error("layer " + layer.name + ": " + s.message());
+    const bool rois = layer.type == "Proposal";
     for (int top : layer.tops)
     {
-        const int consumer = net.blobs()[top].consumer;
-        if (consumer >= 0)
-            return Status::error("layer " + net.layers()[consumer]->name + " reads " + net.blobs()[top].name + ", whose size "
-                                 "depends on the detections of " + layer.name + " (" + layer.type + "): the runtime plans "
-                                 "such outputs only where they leave the model");
+        std::string reader;
+        if (!read_by_shape_alone(net, top, rois, reader))
+            return Status::error("layer " + reader + " reads " + net.blobs()[top].name + ", whose size depends on the "
+                                 "detections of " + layer.name + " (" + layer.type + "): the runtime plans such outputs only "
+                                 "where they leave the model" + (rois ? " or a ROI layer reads them directly" : ""));
     }
     return Status();
 }
@@ -128,7 +148,7 @@ Status Model::open(const std::string& param_path, const std::string& bin_path, c
             if (!s.ok())
                 return s;
             const int w = pd.get(0, 0), h = pd.get(1, 0), d = pd.get(11, 0), c = pd.get(2, 0);
-            const int dims = c ? (d ? 4 : 3) : h ? 2 : w ? 1 : 0;
+            const int dims = c > 0 ? (d > 0 ? 4 : 3) : h > 0 ? 2 : w > 0 ? 1 : 0; // -233 (any value <= 0) leaves a size open
             for (int top : stock->tops)
                 declared_inputs_[net_.blobs()[top].name] = {dims, c};
             continue;

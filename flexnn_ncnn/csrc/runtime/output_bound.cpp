@@ -10,8 +10,12 @@ namespace flexnn {
 
 bool OutputBound::value_dependent(const std::string& type)
 {
-    return type == "DetectionOutput" || type == "Yolov3DetectionOutput" || type == "YoloDetectionOutput"
-           || type == "Proposal";
+    return detection_head(type) || type == "Proposal";
+}
+
+bool OutputBound::detection_head(const std::string& type)
+{
+    return type == "DetectionOutput" || type == "Yolov3DetectionOutput" || type == "YoloDetectionOutput";
 }
 
 Status OutputBound::for_layer(const std::string& type, const ncnn::ParamDict& pd, OutputBound& out)
@@ -32,12 +36,8 @@ Status OutputBound::for_layer(const std::string& type, const ncnn::ParamDict& pd
         out.kind_ = Kind::YoloDetectionOutput;
         out.num_box_ = pd.get(1, 5);
     }
-    else if (value_dependent(type))
-    {
-        // Proposal creates its rois with the default allocator, beside any plan, and they feed ROI
-        // layers whose sizes follow the detections in turn
-        return Status::error(type + " sizes its output by the values it reads, and the runtime cannot plan it");
-    }
+    // Proposal: no slot; it creates its rois (4 floats a row, at most after_nms_topN rows) and its
+    // candidate lists on the C heap, outside any plan, measured with the rest of the process
     return Status();
 }
 
@@ -58,6 +58,11 @@ int OutputBound::max_rows(const std::vector<ncnn::Mat>& bottoms) const
             rows += (int64_t)num_box_ * m.w * m.h;
     }
     return (int)std::min<int64_t>(rows, std::numeric_limits<int>::max());
+}
+
+bool OutputBound::reads_first_roi(const std::string& type, int bottom)
+{
+    return bottom == 1 && (type == "ROIPooling" || type == "PSROIPooling" || type == "ROIAlign");
 }
 
 size_t OutputBound::max_request_bytes(const std::vector<ncnn::Mat>& bottoms) const

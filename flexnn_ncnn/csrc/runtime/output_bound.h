@@ -17,12 +17,18 @@ namespace flexnn {
 // create their top as (6, detections) after thresholds and NMS, so the size prepare saw is one
 // sample. OutputBound holds what bounds it: the most rows the layer's NCNN code can emit for given
 // input shapes, from its params (src/layer/detectionoutput.cpp, yolov3detectionoutput.cpp,
-// yolodetectionoutput.cpp).
+// yolodetectionoutput.cpp). Proposal (a two-stage detector's region proposals) has no bound here:
+// its rois are not the blob allocator's (src/layer/proposal.cpp), so no plan holds them.
 class OutputBound
 {
 public:
     // whether NCNN's `type` sizes its output by values (bounded or not)
     static bool value_dependent(const std::string& type);
+    // whether it is a detection head, whose top the plan holds at its bound
+    static bool detection_head(const std::string& type);
+    // whether a layer of `type` reading rois as its bottom `bottom` sizes its output by its other
+    // input's shape alone: NCNN's ROI layers pool the first roi only
+    static bool reads_first_roi(const std::string& type, int bottom);
     // the bound of a layer of `type` with params `pd`; an error for a value-dependent type without
     // one; unbounded() for every other type
     static Status for_layer(const std::string& type, const ncnn::ParamDict& pd, OutputBound& out);

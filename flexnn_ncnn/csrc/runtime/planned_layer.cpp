@@ -120,7 +120,7 @@ Status LayerParams::parse(const std::string& text, const std::string& layer_name
 PlannedLayer::PlannedLayer(const ncnn::Layer& stock, uint32_t flags, std::string params, int layer_index, ComputeHooks* hooks,
                            const std::vector<ncnn::Blob>& blobs)
     : params_(std::move(params)), layer_index_(layer_index), hooks_(hooks), blobs_(blobs),
-      bounded_(OutputBound::value_dependent(stock.type) ? new Bounded : nullptr)
+      bounded_(OutputBound::detection_head(stock.type) ? new Bounded : nullptr)
 {
     typeindex = stock.typeindex;
     type = stock.type;
