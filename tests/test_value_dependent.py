@@ -5,7 +5,7 @@ equals stock NCNN within the budget. Also: a layer reading such an output, and a
 without a bound, are refused at prepare with one line; an input of another size than prepared is
 refused by the native executor itself. A two-stage detector's Proposal (its rois as many as survive
 NMS, on the C heap) runs when its rois leave the model or a ROI layer, which pools the first, reads
-them directly."""
+them, directly or through Splits."""
 
 from __future__ import annotations
 
@@ -54,67 +54,6 @@ YOLOV2 = BACKBONE + """Convolution head 1 1 c1a h 0=35 1=1 5=1 6=560
 YoloDetectionOutput detection_out 1 1 h output 0=2 1=5 2=3.000000e-01 3=4.500000e-01 -23304=10,1.080000e+00,1.190000e+00,3.420000e+00,4.410000e+00,6.630000e+00,1.138000e+01,9.420000e+00,5.110000e+00,1.662000e+01,1.052000e+01
 """
 DETECTORS = {"ssd": SSD, "yolov3": YOLOV3, "yolov2": YOLOV2}
-
-# a region proposal network over a 24x24 feature (9 anchors a cell), its rois (4 floats each, as many
-# as survive NMS) from an image size given as a second, 1-D input (-233: a size left open, as
-# NCNN's Caffe converter writes it)
-RPN = """Input data 0 1 data 0=48 1=48 2=3
-Input im_info 0 1 im_info 0=3 1=-233 2=-233
-Convolution conv1 1 1 data c1 0=16 1=3 3=2 4=1 5=1 6=432 9=1
-{split}Convolution rpn 1 1 {rpn_in} r 0=16 1=3 4=1 5=1 6=2304 9=1
-Split split2 1 2 r ra rb
-Convolution rpn_cls 1 1 ra cls_score 0=18 1=1 5=1 6=288
-Convolution rpn_bbox 1 1 rb bbox 0=36 1=1 5=1 6=576
-Reshape cls_reshape 1 1 cls_score cls_r 0=0 1=-1 2=2
-Softmax cls_softmax 1 1 cls_r cls_prob
-Reshape prob_reshape 1 1 cls_prob cls_prob_r 0=0 1=-1 2=18
-Proposal proposal 3 1 cls_prob_r bbox im_info {rois} 0=2 1=4 3=300 5=2
-"""
-ROIS = RPN.format(split="", rpn_in="c1", rois="output")
-# Faster R-CNN's second stage on the first roi: ROIPooling, a classifier
-TWO_STAGE = RPN.format(split="Split split1 1 2 c1 c1a c1b\n", rpn_in="c1a", rois="rois") + """ROIPooling roi_pool 2 1 c1b rois pooled 0=4 1=4 2=5.000000e-01
-InnerProduct fc 1 1 pooled fc 0=10 1=1 2=2560
-Softmax prob 1 1 fc output
-"""
-
-
-def two_stage_inputs(seed: int) -> dict[str, np.ndarray]:
-    x = seeded_input(seed)
-    return {"data": x, "im_info": np.array([48, 48, 1 + seed % 2], np.float32)}
-
-
-@pytest.mark.parametrize("name", ["rois", "two_stage"])
-def test_proposals_equal_stock_on_inputs_prepare_never_saw(name: str, tmp_path: Path) -> None:
-    param, bin_ = write_model(tmp_path, name, ROIS if name == "rois" else TWO_STAGE)
-    content = prepare_model(param, bin_, 1 << 34, {"data": SHAPE})
-    path = tmp_path / f"{name}.flexnn.plan.json"
-    write_plan_file(content, path)
-    tightest = planning.min_feasible_budget(content.profile) + ARENA_MARGIN + content.reserved_bytes
-    session = Session(path)
-    rois_blob = "output" if name == "rois" else "rois"
-    rois = []
-    for budget in (content.plan.budget, tightest):
-        session.set_budget(budget)
-        for seed in range(1, 21):
-            feeds = two_stage_inputs(seed)
-            ref = run_stock(param, bin_, feeds, sorted({"output", rois_blob}), fp32=False)
-            got = session.run(feeds)["output"]
-            assert_close(got, ref["output"], 1e-4)
-            rois.append(len(ref[rois_blob]))
-        assert_counted_within_budget(session.stats())
-    # the number of rois varies with the input: no size of it was planned
-    assert len(set(rois)) > 3, sorted(set(rois))
-
-
-def test_rois_read_through_a_split_are_refused_at_prepare(tmp_path: Path) -> None:
-    """A Split is converted to packed layouts by its channels, here the rois' count: NCNN would
-    allocate by the proposals in turn."""
-    layers = TWO_STAGE.replace("rois 0=2", "rois_all 0=2").replace("ROIPooling", "Split split_rois 1 2 rois_all rois rois_b\nROIPooling")
-    param, bin_ = write_model(tmp_path, "split_rois", layers)
-    with pytest.raises(UserError, match="layer split_rois reads rois_all, whose size depends on the detections of proposal "
-                                        r"\(Proposal\).* or a ROI layer reads them directly"):
-        prepare_model(param, bin_, 1 << 34, {"data": SHAPE})
-
 
 def write_model(folder: Path, name: str, layers: str) -> tuple[Path, Path]:
     """The layers (one per line, the backbone's unused tops dropped) as NCNN files with seeded weights."""
@@ -183,3 +122,73 @@ def test_the_executor_refuses_an_input_of_another_size(tmp_path: Path) -> None:
     small = np.zeros((3, 48, 40), np.float32)
     with pytest.raises(RuntimeError, match=r"input 'data' \(w=40 h=48 c=3\) takes .* B, the model was prepared with"):
         executor.run({"data": small})
+
+
+# a region proposal network over a 24x24 feature (9 anchors a cell), its rois (4 floats each, as many
+# as survive NMS) from an image size given as a second, 1-D input (-233: a size left open, as
+# NCNN's Caffe converter writes it)
+RPN = """Input data 0 1 data 0=48 1=48 2=3
+Input im_info 0 1 im_info 0=3 1=-233 2=-233
+Convolution conv1 1 1 data c1 0=16 1=3 3=2 4=1 5=1 6=432 9=1
+{split}Convolution rpn 1 1 {rpn_in} r 0=16 1=3 4=1 5=1 6=2304 9=1
+Split split2 1 2 r ra rb
+Convolution rpn_cls 1 1 ra cls_score 0=18 1=1 5=1 6=288
+Convolution rpn_bbox 1 1 rb bbox 0=36 1=1 5=1 6=576
+Reshape cls_reshape 1 1 cls_score cls_r 0=0 1=-1 2=2
+Softmax cls_softmax 1 1 cls_r cls_prob
+Reshape prob_reshape 1 1 cls_prob cls_prob_r 0=0 1=-1 2=18
+Proposal proposal 3 1 cls_prob_r bbox im_info {rois} 0=2 1=4 3=300 5=2
+"""
+ROIS = RPN.format(split="", rpn_in="c1", rois="output")
+# Faster R-CNN's second stage on the first roi: ROIPooling, a classifier
+TWO_STAGE = RPN.format(split="Split split1 1 2 c1 c1a c1b\n", rpn_in="c1a", rois="rois") + """ROIPooling roi_pool 2 1 c1b rois pooled 0=4 1=4 2=5.000000e-01
+InnerProduct fc 1 1 pooled fc 0=10 1=1 2=2560
+Softmax prob 1 1 fc output
+"""
+
+
+def two_stage_inputs(seed: int) -> dict[str, np.ndarray]:
+    x = seeded_input(seed)
+    return {"data": x, "im_info": np.array([48, 48, 1 + seed % 2], np.float32)}
+
+
+# R-FCN's wiring: the rois through a Split to two ROI layers, whose outputs the classifier joins
+SPLIT_ROIS = TWO_STAGE.replace("rois 0=2", "rois_all 0=2").replace(
+    "ROIPooling roi_pool 2 1 c1b rois pooled", "Split split_c1b 1 2 c1b c1b_a c1b_b\nSplit split_rois 1 2 rois_all rois rois_b\n"
+    "ROIAlign roi_align 2 1 c1b_b rois_b aligned 0=4 1=4 2=5.000000e-01\nROIPooling roi_pool 2 1 c1b_a rois pooled_a").replace(
+    "InnerProduct fc 1 1 pooled fc", "Concat join 2 1 pooled_a aligned pooled\nInnerProduct fc 1 1 pooled fc").replace(
+    "0=10 1=1 2=2560", "0=10 1=1 2=5120")
+TWO_STAGE_MODELS = {"rois": (ROIS, "output"), "two_stage": (TWO_STAGE, "rois"), "split_rois": (SPLIT_ROIS, "rois_all")}
+
+
+@pytest.mark.parametrize("name", sorted(TWO_STAGE_MODELS))
+def test_proposals_equal_stock_on_inputs_prepare_never_saw(name: str, tmp_path: Path) -> None:
+    layers, rois_blob = TWO_STAGE_MODELS[name]
+    param, bin_ = write_model(tmp_path, name, layers)
+    content = prepare_model(param, bin_, 1 << 34, {"data": SHAPE})
+    path = tmp_path / f"{name}.flexnn.plan.json"
+    write_plan_file(content, path)
+    tightest = planning.min_feasible_budget(content.profile) + ARENA_MARGIN + content.reserved_bytes
+    session = Session(path)
+    rois = []
+    for budget in (content.plan.budget, tightest):
+        session.set_budget(budget)
+        for seed in range(1, 21):
+            feeds = two_stage_inputs(seed)
+            ref = run_stock(param, bin_, feeds, sorted({"output", rois_blob}), fp32=False)
+            got = session.run(feeds)["output"]
+            assert_close(got, ref["output"], 1e-4)
+            rois.append(len(ref[rois_blob]))
+        assert_counted_within_budget(session.stats())
+    # the number of rois varies with the input, no size of it planned; some counts are ones NCNN would
+    # pack a Split's input by (4, 8, 16 channels a pack)
+    assert len(set(rois)) > 3 and any(n % 4 == 0 for n in rois), sorted(set(rois))
+
+
+def test_rois_read_by_another_layer_are_refused_at_prepare(tmp_path: Path) -> None:
+    layers = TWO_STAGE.replace("rois 0=2", "rois_all 0=2").replace(
+        "ROIPooling", "Split split_rois 1 2 rois_all rois rois_b\nSigmoid post 1 1 rois_b post\nROIPooling")
+    param, bin_ = write_model(tmp_path, "reads_rois", layers)
+    with pytest.raises(UserError, match="layer post reads rois_all, whose size depends on the detections of proposal "
+                                        r"\(Proposal\).* or ROI layers read them"):
+        prepare_model(param, bin_, 1 << 34, {"data": SHAPE})

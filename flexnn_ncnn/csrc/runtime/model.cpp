@@ -50,13 +50,22 @@ Status read_layer_params(const std::string& path, int layer_count, std::vector<s
 
 // Whether what reads `blob` sizes its buffers by the blob's shape alone, though the blob's size
 // depends on values: nothing reads it (it leaves the model) or, for rois, a ROI layer pools the first
-// one. Not a Split: NCNN converts what a Split reads to packed layouts by its channels, the rois' count.
-bool read_by_shape_alone(const ncnn::Net& net, int blob, bool rois, std::string& reader)
+// one, or a Split passes them on (`splits` gets its index: it must take them as they are, since NCNN
+// would convert them to a packed layout by their count).
+bool read_by_shape_alone(const ncnn::Net& net, int blob, bool rois, std::string& reader, std::vector<int>& splits)
 {
     const int consumer = net.blobs()[blob].consumer;
     if (consumer < 0)
         return true;
     const ncnn::Layer& layer = *net.layers()[consumer];
+    if (rois && layer.type == "Split")
+    {
+        splits.push_back(consumer);
+        for (int top : layer.tops)
+            if (!read_by_shape_alone(net, top, rois, reader, splits))
+                return false;
+        return true;
+    }
     const int bottom = (int)(std::find(layer.bottoms.begin(), layer.bottoms.end(), blob) - layer.bottoms.begin());
     if (rois && OutputBound::reads_first_roi(layer.type, bottom))
         return true;
@@ -66,8 +75,8 @@ bool read_by_shape_alone(const ncnn::Net& net, int blob, bool rois, std::string&
 
 // A detection head's output is planned at its bound, which only its own output has: whatever
 // consumes it would size its buffers by the detections in turn. Proposal's rois are the C heap's;
-// the ROI layers read only their first.
-Status check_value_dependent(const ncnn::Net& net, const ncnn::Layer& layer, const std::string& params)
+// the ROI layers read only their first, through the Splits `splits` gets.
+Status check_value_dependent(const ncnn::Net& net, const ncnn::Layer& layer, const std::string& params, std::vector<int>& splits)
 {
     LayerParams pd;
     Status s = pd.parse(params, layer.name);
@@ -80,10 +89,10 @@ Status check_value_dependent(const ncnn::Net& net, const ncnn::Layer& layer, con
     for (int top : layer.tops)
     {
         std::string reader;
-        if (!read_by_shape_alone(net, top, rois, reader))
+        if (!read_by_shape_alone(net, top, rois, reader, splits))
             return Status::error("layer " + reader + " reads " + net.blobs()[top].name + ", whose size depends on the "
                                  "detections of " + layer.name + " (" + layer.type + "): the runtime plans such outputs only "
-                                 "where they leave the model" + (rois ? " or a ROI layer reads them directly" : ""));
+                                 "where they leave the model" + (rois ? " or ROI layers read them" : ""));
     }
     return Status();
 }
@@ -138,6 +147,7 @@ Status Model::open(const std::string& param_path, const std::string& bin_path, c
         return s;
 
     std::vector<ncnn::Layer*>& layers = net_.mutable_layers();
+    std::vector<int> rois_splits; // Splits passing rois on, which take them as they are
     for (int i = 0; i < layer_count(); i++)
     {
         ncnn::Layer* stock = layers[i];
@@ -159,7 +169,7 @@ Status Model::open(const std::string& param_path, const std::string& bin_path, c
             return Status::error("layer " + stock->name + ": per-layer feature masks (param 31) are not supported");
         if (OutputBound::value_dependent(stock->type))
         {
-            s = check_value_dependent(net_, *stock, params[i]);
+            s = check_value_dependent(net_, *stock, params[i], rois_splits);
             if (!s.ok())
                 return s;
         }
@@ -170,7 +180,8 @@ Status Model::open(const std::string& param_path, const std::string& bin_path, c
             s = checked_flags(*stock, pd, flags);
         if (!s.ok())
             return s;
-        layers[i] = new PlannedLayer(*stock, flags, std::move(params[i]), i, hooks, net_.blobs());
+        const bool as_given = std::find(rois_splits.begin(), rois_splits.end(), i) != rois_splits.end();
+        layers[i] = new PlannedLayer(*stock, flags, std::move(params[i]), i, hooks, net_.blobs(), as_given);
         delete stock; // made by ParamNet, never loaded: nothing registered to destroy it
     }
     return weights_.open(bin_path, direct_io);

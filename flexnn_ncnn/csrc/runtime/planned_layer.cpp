@@ -39,6 +39,9 @@ enum FlagBit : uint32_t
     kBatch = 1u << 8,
 };
 
+// what has NCNN's Net convert a layer's bottoms before its forward
+constexpr uint32_t kLayoutFlags = kPacking | kAnyPacking | kBf16 | kFp16 | kInt8 | kTensorStorage;
+
 #if NCNN_BATCH
 // The batch NCNN's Net loops over for a layer that does not take batches: the first batched input's
 // (Net::do_forward_layer), 1 for none
@@ -118,9 +121,9 @@ Status LayerParams::parse(const std::string& text, const std::string& layer_name
 }
 
 PlannedLayer::PlannedLayer(const ncnn::Layer& stock, uint32_t flags, std::string params, int layer_index, ComputeHooks* hooks,
-                           const std::vector<ncnn::Blob>& blobs)
+                           const std::vector<ncnn::Blob>& blobs, bool as_given)
     : params_(std::move(params)), layer_index_(layer_index), hooks_(hooks), blobs_(blobs),
-      bounded_(OutputBound::detection_head(stock.type) ? new Bounded : nullptr)
+      bounded_(OutputBound::detection_head(stock.type) ? new Bounded : nullptr), as_given_(as_given)
 {
     typeindex = stock.typeindex;
     type = stock.type;
@@ -129,7 +132,7 @@ PlannedLayer::PlannedLayer(const ncnn::Layer& stock, uint32_t flags, std::string
     tops = stock.tops;
     featmask = stock.featmask;
     support_vulkan = false;
-    set_flags(flags);
+    set_flags(as_given_ ? flags & ~kLayoutFlags : flags);
 }
 
 PlannedLayer::~PlannedLayer()
@@ -155,7 +158,7 @@ void PlannedLayer::set_flags(uint32_t flags)
 
 uint32_t PlannedLayer::loaded_flags() const
 {
-    return real_ ? layer_flags(*real_) : 0u;
+    return real_ ? layer_flags(*real_) & (as_given_ ? ~kLayoutFlags : ~0u) : 0u;
 }
 
 Status PlannedLayer::load(const ncnn::ModelBin& mb, const ncnn::Option& opt, ncnn::TransformedWeightStore* store)

@@ -74,9 +74,11 @@ class PlannedLayer : public ncnn::Layer
 public:
     // stock: the layer as the Net parsed it (its type, name, blobs); flags: the real layer's after
     // load_param (layer_flags); params: the layer's param text, which LayerParams::parse accepted;
-    // blobs: the Net's, whose shape hints each load hands the real layer (the Net outlives this layer)
+    // blobs: the Net's, whose shape hints each load hands the real layer (the Net outlives this layer);
+    // as_given: the layer takes its bottoms in the layout and storage they come in, whatever the real
+    // layer supports (a Split of rois: NCNN would pack them by their count)
     PlannedLayer(const ncnn::Layer& stock, uint32_t flags, std::string params, int layer_index, ComputeHooks* hooks,
-                 const std::vector<ncnn::Blob>& blobs);
+                 const std::vector<ncnn::Blob>& blobs, bool as_given = false);
     ~PlannedLayer() override;
 
     // Net::clear() calls this: drop the real layer
@@ -125,6 +127,7 @@ private:
     std::unique_ptr<ncnn::Layer> real_;
     bool direct_ = false; // its params ask for the direct kernel (set by load, read by forward)
     const std::unique_ptr<Bounded> bounded_; // null for a layer whose output size is its inputs' alone
+    const bool as_given_;
 };
 
 } // namespace flexnn
