@@ -41,6 +41,7 @@ from .prepare import RuntimeOptions, prepare_model, transformed_path_for, write_
 from .slicing import TARGETS, SlicingResult, slice_model, spatial, target_for
 from .slicing.calibrate import calibrate
 from .slicing.fit import Steps, fit_to_budget, smallest_budget
+from .slicing.margins import fold_margins
 from .slicing.rewrite import REFERENCE_LAYER_ID
 from .slicing.slicer import write_sliced
 from .slicing.streaming import DEFAULT_BANDWIDTH, DEFAULT_GEMM_RATE, DEFAULT_WINOGRAD_RATE, StreamModel
@@ -201,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if budget is not None:
         print(f"budget: {format_size(budget)}")
     target = target_for(args.target)
-    param = read_param(args.param)
+    param = fold_margins(read_param(args.param))
     bin_path = args.bin or args.param.with_suffix(".bin")
     graph = Graph.build(param)
     inputs = parse_input_shapes(args.input_shape or [], param, graph, "--input-shape")

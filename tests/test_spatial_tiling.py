@@ -25,6 +25,7 @@ from flexnn_ncnn.ncnn_model.structures import STRUCTURES
 from flexnn_ncnn.prepare import prepare_model, write_plan_file
 from flexnn_ncnn.slice import main as slice_main, runtime_only_note
 from flexnn_ncnn.slicing import Target, slice_model, spatial
+from flexnn_ncnn.slicing.margins import fold_margins
 from flexnn_ncnn.slicing.policy import smallest_working_set
 from flexnn_ncnn.slicing.rewrite import REFERENCE_LAYER_ID
 from flexnn_ncnn.slicing.streaming import StreamModel
@@ -608,7 +609,7 @@ def test_a_budget_the_untiled_model_fits_is_sliced_as_without_tiling(tmp_path: P
 SILENCED = """7767517
 7 7
 Input x 0 1 x 0=64 1=63 2=3
-Convolution c1 1 1 x c1 0=32 1=3 4=1 5=1 6=864 9=1
+Convolution c1 1 1 x c1 0=32 1=3 5=1 6=864 9=1
 Slice s 1 2 c1 margin body -23300=2,1,-233 1=1
 Convolution c2 1 1 body c2 0=32 1=3 4=1 5=1 6=9216 9=1
 Convolution c3 1 1 c2 c3 0=32 1=3 4=1 5=1 6=9216 9=1
@@ -623,3 +624,53 @@ def test_a_layer_without_outputs_is_never_tiled_and_the_model_runs_at_its_smalle
     out = tmp_path / "sliced"
     assert slice_main([str(param_path), "--budget", "min", "--threads", "2", "-o", str(out)]) == 0
     _assert_runs_as_stock(Session(out / "silenced.flexnn.plan.json"), param_path, bin_path, "x", "y")
+
+
+# TensorFlow's SAME padding of strided convolutions as converters write it (MobileNetV2-SSDLite):
+# pads of 2 on every side, then the first row and column cut off for a Silence to read
+MARGINS = """7767517
+9 11
+Input x 0 1 x 0=97 1=96 2=3
+Convolution c1 1 1 x c1/pad 0=32 1=3 3=2 4=2 5=1 6=864
+Slice s1 1 2 c1/pad m1 c1/tmp -23300=2,1,-233 1=1
+Slice s2 1 2 c1/tmp m2 c1 -23300=2,1,-233 1=2
+Clip r1 1 1 c1 r1 0=0.000000e+00 1=6.000000e+00
+ConvolutionDepthWise dw 1 1 r1 dw/pad 0=32 1=3 3=2 4=2 5=1 6=288 7=32
+Slice s3 1 2 dw/pad m3 dw -23300=2,1,-233 1=-2
+Convolution y 1 1 dw y 0=8 1=1 5=1 6=256
+Noop silence 3 0 m1 m2 m3
+"""
+
+
+def test_margins_cut_off_a_convolution_fold_into_its_pads(tmp_path: Path) -> None:
+    param, modelbin, _, _, (param_path, bin_path) = _model(MARGINS, "1,3,96,97", tmp_path, "margins")
+    folded = fold_margins(param)
+    assert [layer.type for layer in folded] == ["Input", "Convolution", "Clip", "ConvolutionDepthWise", "Convolution"]
+    pads = {layer.name: tuple(layer.params.get_int(i, -1) for i in (4, 15, 14, 16)) for layer in folded}
+    assert pads["c1"] == (0, 2, 0, 2) and pads["dw"] == (2, 2, 0, 2)  # left, right, top, bottom
+    folded_path, folded_bin = _write(folded, modelbin, tmp_path, "folded")  # the same weights in the same order
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal((3, 96, 97)).astype(np.float32)
+        ref = run_stock(param_path, bin_path, {"x": x}, ["y"])["y"]
+        got = run_stock(folded_path, folded_bin, {"x": x}, ["y"])["y"]
+        assert ref.shape == got.shape == (8, 24, 26) and relative_error(ref, got) < 1e-6
+
+
+@pytest.mark.parametrize("change", ["the margin an output", "a pad short of a stride"])
+def test_other_slices_are_not_folded(change: str) -> None:
+    text = (MARGINS.replace("Noop silence 3 0 m1 m2 m3", "Noop silence 2 0 m1 m2")
+            if change == "the margin an output" else MARGINS.replace("3=2 4=2 5=1 6=864", "3=2 4=1 5=1 6=864"))
+    folded = fold_margins(NcnnParam.parse(text))
+    kept = "s3" if change == "the margin an output" else "s1"
+    assert kept in [layer.name for layer in folded]
+
+
+def test_a_strided_convolution_with_tensorflow_margins_is_tiled_at_its_smallest_budget(tmp_path: Path) -> None:
+    _, _, _, _, (param_path, bin_path) = _model(MARGINS, "1,3,96,97", tmp_path, "margins")
+    out = tmp_path / "sliced"
+    assert slice_main([str(param_path), "--budget", "min", "--threads", "2", "-o", str(out)]) == 0
+    sliced = read_param(out / "margins.flexnn.param")
+    assert not any(layer.type in ("Slice", "Noop") for layer in sliced)
+    assert sum(layer.type == "ConvolutionDepthWise" for layer in sliced) > 1  # tiles run copies of the block
+    _assert_runs_as_stock(Session(out / "margins.flexnn.plan.json"), param_path, bin_path, "x", "y")
+
