@@ -71,22 +71,28 @@ def seeded_input(seed: int) -> np.ndarray:
     return (np.random.default_rng(seed).standard_normal(SHAPE) * (1 + seed % 3)).astype(np.float32)
 
 
+def planned_session(folder: Path, name: str, layers: str) -> tuple[Path, Path, Session, tuple[int, int]]:
+    """The model written with seeded weights, prepared on this machine, and a Session on its plan;
+    the budgets to run it at: the plan's generous one and the tightest it plans within."""
+    param, bin_ = write_model(folder, name, layers)
+    content = prepare_model(param, bin_, 1 << 34, {"data": SHAPE})
+    path = folder / f"{name}.flexnn.plan.json"
+    write_plan_file(content, path)
+    tightest = planning.min_feasible_budget(content.profile) + ARENA_MARGIN + content.reserved_bytes
+    return param, bin_, Session(path), (content.plan.budget, tightest)
+
+
 def stock_detections(param: Path, bin_: Path, x: np.ndarray) -> np.ndarray:
     return run_stock(param, bin_, {"data": x}, ["output"], fp32=False)["output"]
 
 
 @pytest.mark.parametrize("name", sorted(DETECTORS))
 def test_detections_equal_stock_on_inputs_prepare_never_saw(name: str, tmp_path: Path) -> None:
-    param, bin_ = write_model(tmp_path, name, DETECTORS[name])
-    content = prepare_model(param, bin_, 1 << 34, {"data": SHAPE})
-    path = tmp_path / f"{name}.flexnn.plan.json"
-    write_plan_file(content, path)
+    param, bin_, session, budgets = planned_session(tmp_path, name, DETECTORS[name])
     # prepare profiles on its own seeded input: standard normal from seed 0
     prepared_rows = len(stock_detections(param, bin_, np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)))
-    tightest = planning.min_feasible_budget(content.profile) + ARENA_MARGIN + content.reserved_bytes
-    session = Session(path)
     rows = []
-    for budget in (content.plan.budget, tightest):
+    for budget in budgets:
         session.set_budget(budget)
         for seed in range(1, 21):
             x = seeded_input(seed)
@@ -164,14 +170,9 @@ TWO_STAGE_MODELS = {"rois": (ROIS, "output"), "two_stage": (TWO_STAGE, "rois"), 
 @pytest.mark.parametrize("name", sorted(TWO_STAGE_MODELS))
 def test_proposals_equal_stock_on_inputs_prepare_never_saw(name: str, tmp_path: Path) -> None:
     layers, rois_blob = TWO_STAGE_MODELS[name]
-    param, bin_ = write_model(tmp_path, name, layers)
-    content = prepare_model(param, bin_, 1 << 34, {"data": SHAPE})
-    path = tmp_path / f"{name}.flexnn.plan.json"
-    write_plan_file(content, path)
-    tightest = planning.min_feasible_budget(content.profile) + ARENA_MARGIN + content.reserved_bytes
-    session = Session(path)
+    param, bin_, session, budgets = planned_session(tmp_path, name, layers)
     rois = []
-    for budget in (content.plan.budget, tightest):
+    for budget in budgets:
         session.set_budget(budget)
         for seed in range(1, 21):
             feeds = two_stage_inputs(seed)
