@@ -34,10 +34,9 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
 from . import native, planning
 from .cli import UserError, add_logging_args, child_error, run_main, setup_logging
+from .ncnn_model.sample_inputs import sample_inputs
 from .process_memory import release_free_heap, reset_peak_rss, resident_by_mapping, status_bytes
 from .session import Session
 
@@ -55,13 +54,14 @@ def _parse_input(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
-def measure_here(plan_path: Path, input_shapes: dict[str, tuple[int, ...]], by_mapping: bool = False) -> dict[str, Any]:
+def measure_here(plan_path: Path, input_shapes: dict[str, tuple[int, ...]], by_mapping: bool = False,
+                 image_sizes: Sequence[str] = ()) -> dict[str, Any]:
     """Open a Session on `plan_path` in this process and run it once: peak RSS over idle, counted bytes
     and their difference (see the module's docstring), and with `by_mapping` what each mapping gained
-    (bytes, at least 16 KiB, largest first). Call it in a process that ran no model yet."""
-    # made as the benchmark makes its inputs (bench/measure.py model_inputs), before the idle RSS
-    rng = np.random.default_rng(0)
-    inputs = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in input_shapes.items()}
+    (bytes, at least 16 KiB, largest first). `image_sizes`: the inputs a Proposal reads as the image's
+    size (sample_inputs). Call it in a process that ran no model yet."""
+    # made as prepare makes its inputs, before the idle RSS
+    inputs = sample_inputs(input_shapes, image_sizes)
     native.load()
     planning.load()
     release_free_heap()
@@ -82,9 +82,10 @@ def measure_here(plan_path: Path, input_shapes: dict[str, tuple[int, ...]], by_m
     return out
 
 
-def measure_in_child(plan_path: Path, input_shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+def measure_in_child(plan_path: Path, input_shapes: dict[str, tuple[int, ...]], image_sizes: Sequence[str] = ()) -> dict[str, int]:
     """measure_here in a fresh interpreter (this process has run models already), its JSON line parsed."""
     args = [f"--input={name}={','.join(map(str, shape))}" for name, shape in input_shapes.items()]
+    args += [f"--image-size={name}" for name in image_sizes]
     proc = subprocess.run([sys.executable, "-m", "flexnn_ncnn.overhead", str(plan_path), *args], capture_output=True, text=True)
     if proc.returncode != 0:
         raise UserError(f"measuring the runtime's uncounted memory on {plan_path}: {child_error(proc)}")
@@ -96,12 +97,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("sidecar", type=Path, metavar="PLAN.json", help="a plan sidecar (never modified)")
     parser.add_argument("--input", action="append", type=_parse_input, required=True, metavar="NAME=D0,D1,...",
                         help="an input blob and its numpy shape (c,h,w), once per input")
+    parser.add_argument("--image-size", action="append", default=[], metavar="NAME",
+                        help="an input a Proposal reads as the image's size (height, width, scale): it gets the "
+                             "first image input's, not random values, which would leave no proposal")
     parser.add_argument("--by-mapping", action="store_true",
                         help="also report what each mapping (code, C heap, anonymous memory) gained over idle")
     add_logging_args(parser)
     args = parser.parse_args(argv)
     setup_logging(args.verbose)
-    print(json.dumps(measure_here(args.sidecar, dict(args.input), args.by_mapping)), flush=True)
+    print(json.dumps(measure_here(args.sidecar, dict(args.input), args.by_mapping, args.image_size)), flush=True)
     return 0
 
 

@@ -39,6 +39,7 @@ from .fetch import sha256_of
 from .files import sampled_digest
 from .jsonfields import number_text
 from .ncnn_model import Graph, declared_input_shapes, parse_input_shapes, read_param
+from .ncnn_model.sample_inputs import image_size_inputs, sample_inputs
 from .units import format_size, parse_size
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ def _uncounted_rss_bytes(content: sidecar.Sidecar, arena: int) -> int:
         with tempfile.TemporaryDirectory(prefix="flexnn-overhead-") as scratch:
             path = Path(scratch) / f"measuring{sidecar.SUFFIX}"
             write_plan_file(content, path)
-            run = overhead.measure_in_child(path, content.input_shapes())
+            run = overhead.measure_in_child(path, content.input_shapes(), image_size_inputs(read_param(content.model.param)))
         log.info("prepare: a run of a %s arena held %s over idle, %s of it counted: it leaves room for the other %s",
                  format_size(content.plan.arena_bytes), format_size(run["peak_rss_over_idle_bytes"]),
                  format_size(run["counted_bytes"]), format_size(run["uncounted_rss_bytes"]))
@@ -158,8 +159,9 @@ def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes:
     `transformed` (default: transformed_path(param)); with options.map_weights, the plans map them."""
     if options.map_weights and not options.pretransform:
         raise UserError("mapped weights are the pre-transformed ones: --map-weights needs them (drop --no-pretransform)")
-    graph = Graph.build(read_param(param))
-    declared = {name: s.numpy() for name, s in declared_input_shapes(read_param(param), graph).items()}
+    model = read_param(param)
+    graph = Graph.build(model)
+    declared = {name: s.numpy() for name, s in declared_input_shapes(model, graph).items()}
     shapes = {**declared, **(input_shapes or {})}
     missing = [name for name in graph.inputs if name not in shapes]
     if missing:
@@ -171,8 +173,7 @@ def prepare_model(param: Path, bin_path: Path, budget: int | None, input_shapes:
         if want is not None and (len(shape) != len(want) or shape[0] != want[0]):
             raise UserError(f"input '{name}' is given shape {tuple(shape)}, the model declares {tuple(want)} "
                             f"(numpy order, c, h, w: no batch dimension)")
-    rng = np.random.default_rng(seed)
-    inputs = {name: rng.standard_normal(shapes[name]).astype(np.float32) for name in graph.inputs}
+    inputs = sample_inputs({name: shapes[name] for name in graph.inputs}, image_size_inputs(model), seed)
     module = native.load()
     transformed = (transformed or transformed_path(param)) if options.pretransform else None
     # written beside its final name and moved there once the plan is made: a failed or infeasible

@@ -193,3 +193,19 @@ def test_rois_read_by_another_layer_are_refused_at_prepare(tmp_path: Path) -> No
     with pytest.raises(UserError, match="layer post reads rois_all, whose size depends on the detections of proposal "
                                         r"\(Proposal\).* or ROI layers read them"):
         prepare_model(param, bin_, 1 << 34, {"data": SHAPE})
+
+
+def test_an_image_size_drawn_first_still_gives_proposals(tmp_path: Path) -> None:
+    """Prepare, shape inference and the uncounted-memory child draw seeded inputs in the model's input
+    order; drawn at random, the image size Proposal clips to and scales its minimum box by leaves no box
+    (seed 0's first three values: NCNN's Proposal then fails), so it gets the image's height and width."""
+    lines = TWO_STAGE.splitlines()
+    image_size = next(line for line in lines if line.startswith("Input im_info"))
+    param, bin_, session, budgets = planned_session(tmp_path, "size_first", "\n".join([image_size, *(
+        line for line in lines if line != image_size)]) + "\n")
+    assert list(session.input_shapes) == ["im_info", "data"]
+    session.set_budget(budgets[1])
+    for seed in range(1, 4):
+        feeds = two_stage_inputs(seed)
+        ref = run_stock(param, bin_, feeds, ["output"], fp32=False)["output"]
+        assert_close(session.run(feeds)["output"], ref, 1e-4)

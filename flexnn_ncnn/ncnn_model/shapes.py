@@ -9,11 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
-
 from ..cli import UserError
 from .graph import Graph
 from .param import SHAPE_HINT_ID, NcnnParam
+from .sample_inputs import image_size_inputs, sample_inputs
 
 log = logging.getLogger(__name__)
 
@@ -156,8 +155,7 @@ def infer_shapes(param: NcnnParam, graph: Graph, inputs: dict[str, BlobShape],
     log.info("blob shapes measured by running stock NCNN")
     from .random_weights import random_modelbin
     from .stock import blob_shapes_isolated
-    rng = np.random.default_rng(0)
-    feeds = {name: rng.standard_normal(s.numpy()).astype(np.float32) for name, s in inputs.items()}
+    feeds = sample_inputs({name: s.numpy() for name, s in inputs.items()}, image_size_inputs(param))
     with tempfile.TemporaryDirectory(prefix="flexnn-shapes-") as tmp:
         param_path = Path(tmp) / "model.param"
         param_path.write_text(param.format())
