@@ -37,8 +37,9 @@ from tqdm import tqdm
 
 from . import archive_layout, link_map, native, sidecar
 from .build import BUILD_ROOT, CODE_TRACE_BUILD, python_modules
-from .files import atomic_write
 from .cli import UserError, add_logging_args, child_error, run_main, setup_logging
+from .files import atomic_write
+from .ncnn_model.sample_inputs import sample_inputs
 
 PAGE = archive_layout.PAGE
 WINDOW = 64 * 1024  # the kernel's fault-around: a first call maps the resident pages of its aligned 64 KB
@@ -98,9 +99,8 @@ def trace_here(plan_path: Path, tracer: Path, module_path: Path | None = None) -
     if err:
         raise UserError(f"cannot trace {module.__file__}: errno {err}")
     session = Session(plan_path, map_weights=False)
-    rng = np.random.default_rng(0)
-    for _ in range(2):
-        session.run({name: rng.standard_normal(shape).astype(np.float32) for name, shape in session.input_shapes.items()})
+    for seed in range(2):
+        session.run(sample_inputs(session.input_shapes, seed=seed))
     return [start - base + int(i) * PAGE for i in np.flatnonzero(touched)]
 
 

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..cli import UserError, add_logging_args, run_main, setup_logging
+from ..ncnn_model.sample_inputs import sample_inputs
 from ..ncnn_model.stock import output_array
 from ..process_memory import reset_peak_rss, status_bytes
 from . import pagecache
@@ -33,8 +34,7 @@ FP16_FLAGS = ("use_fp16_storage", "use_fp16_packed", "use_fp16_arithmetic", "use
 
 def model_inputs(description: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
     """Seeded standard-normal inputs in NCNN's batch-less shapes, the same in every process."""
-    rng = np.random.default_rng(seed)
-    return {i["name"]: rng.standard_normal(i["shape"]).astype(np.float32) for i in description["inputs"]}
+    return sample_inputs({i["name"]: i["shape"] for i in description["inputs"]}, seed=seed)
 
 
 class _MappedNet:

@@ -26,11 +26,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, BinaryIO, Sequence
 
-import numpy as np
-
 from .. import sidecar
 from ..cli import UserError, add_logging_args, run_main, setup_logging
 from ..files import atomic_write_all
+from ..ncnn_model.sample_inputs import sample_inputs
 from ..ncnn_model.stock import run_stock
 from ..units import parse_size
 from .harness import relative_error
@@ -111,8 +110,7 @@ def switch_trace(sidecar_path: Path, budgets: Sequence[int], loops: int, seed: i
     from ..session import Session
 
     session = Session(sidecar_path)
-    rng = np.random.default_rng(seed)
-    inputs = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in session.input_shapes.items()}
+    inputs = sample_inputs(session.input_shapes, seed=seed)
     param, bin_path = session.sidecar.model_files(sidecar_path)
     reference = run_stock(param, bin_path, inputs, session.outputs, fp32=not session.sidecar.target.fp16,
                           num_threads=session.sidecar.target.threads)

@@ -14,14 +14,14 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
-from ..ncnn_model import Layer, NcnnParam
+from ..ncnn_model import Layer, NcnnParam, ParamDict
 
 log = logging.getLogger(__name__)
 
 CONVOLUTIONS = frozenset({"Convolution", "ConvolutionDepthWise"})
 REST = -233  # a Slice's size for "what the other outputs leave"
 # a 3-D blob's Slice axis (param 1, negative from the end) -> (pad id at its start, stride id, the
-# stride's fallback id: NCNN reads h's params as w's when they are absent)
+# stride's fallback id: NCNN reads h's stride as w's when it is absent)
 AXES = {1: (14, 13, 3), -2: (14, 13, 3), 2: (4, 3, 3), -1: (4, 3, 3)}
 PAD_IDS = (4, 15, 14, 16)  # left, right, top, bottom
 
@@ -34,12 +34,10 @@ def fold_margins(param: NcnnParam) -> NcnnParam:
     while (found := _foldable(layers)) is not None:
         slice_, conv, m = found
         margin, rest = slice_.tops
-        pid, stride_id, fallback = AXES[slice_.params.get_int(1, 0)]
+        axis = slice_.params.get_int(1, 0)
         p = conv.params.copy()
-        left = p.get_int(4, 0)
-        top = p.get_int(14, left)
-        pads = {4: left, 15: p.get_int(15, left), 14: top, 16: p.get_int(16, top)}
-        pads[pid] -= m * p.get_int(stride_id, p.get_int(fallback, 1))
+        pads = _pads(p)
+        pads[AXES[axis][0]] -= m * _stride(p, axis)
         for i in PAD_IDS:
             p.set(i, pads[i])
         index = {id(layer): i for i, layer in enumerate(layers)}
@@ -80,13 +78,23 @@ def _foldable(layers: list[Layer]) -> tuple[Layer, Layer, int] | None:
         cp = conv.params
         if cp.get_int(19, 0):  # weights from a second input: its output may be 1-D or 2-D
             continue
-        left = cp.get_int(4, 0)
-        top = cp.get_int(14, left)
-        pads = (left, cp.get_int(15, left), top, cp.get_int(16, top))
-        if min(pads) < 0:  # NCNN's own SAME (-233, -234): pads derived from the size
+        pads = _pads(cp)
+        if min(pads.values()) < 0:  # NCNN's own SAME (-233, -234): pads derived from the size
             continue
-        pid, stride_id, fallback = AXES[axis]
-        start = top if pid == 14 else left
-        if start >= sizes[0] * cp.get_int(stride_id, cp.get_int(fallback, 1)):
+        if pads[AXES[axis][0]] >= sizes[0] * _stride(cp, axis):
             return layer, conv, sizes[0]
     return None
+
+
+def _pads(p: ParamDict) -> dict[int, int]:
+    """A convolution's pads by param id, as NCNN reads them: top defaults to left, right to left,
+    bottom to top."""
+    left = p.get_int(4, 0)
+    top = p.get_int(14, left)
+    return {4: left, 15: p.get_int(15, left), 14: top, 16: p.get_int(16, top)}
+
+
+def _stride(p: ParamDict, axis: int) -> int:
+    """A convolution's stride along a Slice axis (AXES): h's defaults to w's."""
+    _, stride_id, fallback = AXES[axis]
+    return p.get_int(stride_id, p.get_int(fallback, 1))
