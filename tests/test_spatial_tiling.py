@@ -300,16 +300,25 @@ def test_an_upsampling_layer_in_a_tile_equals_the_whole_one(layer: str, tmp_path
     _assert_whole_model_tiled_equals(text, "up", 3, tmp_path)
 
 
-def test_an_lrn_across_channels_in_a_tile_equals_the_whole_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("region", ["0=0 1=5", "0=1 1=5", "0=1 1=4", "0=1 1=3"])
+def test_an_lrn_in_a_tile_equals_the_whole_one(region: str, tmp_path: Path) -> None:
     """LRN over channels (region 0: GoogLeNet's, AlexNet's) normalises each pixel by its own channels: a
-    tile runs it as it runs a ReLU. Over a spatial window (region 1) it pads its input itself, so it
-    ends a block."""
+    tile runs it as it runs a ReLU. Within a channel (region 1: ZF's, an odd or even window) it borders
+    any input with zeros itself: a tile runs it on the rows and columns its outputs need, and its
+    reader crops off the outputs the tile's own zeros changed, so no block may end at it."""
     text = "7767517\n4 4\nInput x0 0 1 x0 0=37 1=29 2=3\nConvolution c 1 1 x0 x 0=16 1=3 4=1 5=1 6=432\n" \
-           "LRN n 1 1 x y 0=0 1=5 2=0.0001 3=0.75\nConvolution h 1 1 y out 0=4 1=3 4=1 5=1 6=576\n"
+           f"LRN n 1 1 x y {region} 2=0.5 3=0.75\nConvolution h 1 1 y out 0=4 1=3 4=1 5=1 6=576\n"
     graph, shapes = _assert_whole_model_tiled_equals(text, "lrn", 4, tmp_path)
     assert _block_names(graph, shapes) == [("c", "h")]
-    _, _, graph, shapes, _ = _model(text.replace("0=0 1=5", "0=1 1=5"), "1,3,29,37", tmp_path, "lrn_within")
-    assert ("c", "h") not in _block_names(graph, shapes)
+    if region.startswith("0=1"):
+        tiles = spatial._geometry(graph.order[1:], shapes, "out", spatial.Region(10, 20, 10, 20))
+        size = int(region[-1])
+        assert tiles.regions["y"] == spatial.Region(9 - size // 2, 21 + (size - 1 - size // 2), 9 - size // 2,
+                                                    21 + (size - 1 - size // 2))
+        assert tiles.reads[("h", 0)] == spatial.Region(9, 21, 9, 21)  # the halo the tile's zeros changed is cropped
+        lone = text.replace("4 4", "3 3").replace("\nConvolution h 1 1 y out 0=4 1=3 4=1 5=1 6=576", "").replace(" x y ", " x out ")
+        _, _, graph, shapes, _ = _model(lone, "1,3,29,37", tmp_path, "lrn_last")
+        assert ("c", "n") not in _block_names(graph, shapes)
 
 
 def test_a_channel_shuffle_in_a_tile_equals_the_whole_one(tmp_path: Path) -> None:

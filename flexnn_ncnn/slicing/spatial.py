@@ -16,7 +16,9 @@ and padding as in the whole layer; Pooling's tail padding (pad_mode 0) and SAME 
 derives from the input's size) become explicit pads. An upsampling layer runs on the input its outputs need and writes
 the outputs of all of it (a transposed convolution without pads, an Interp of the tile's size); its
 readers crop what they read, so the outputs near the tile's edges, which miss inputs past them or
-clamp there, are never used. The result is an ordinary NCNN model (unless it crops int8 blobs, whose
+clamp there, are never used. An LRN within channels, which borders any input it is given with zeros
+itself, runs the same way: on the region its outputs need, its readers cropping off what the tile's
+zeros made near the inner edges. The result is an ordinary NCNN model (unless it crops int8 blobs, whose
 Crops and Concats carry REFERENCE_LAYER_ID, which only the runtime reads): stock NCNN runs it and
 gives the sink, bit for bit with kernels whose sums do not depend on a pixel's position (direct convolution),
 within rounding with Winograd, whose output blocks then fall elsewhere.
@@ -57,6 +59,7 @@ PER_ELEMENT = frozenset({
     "Log", "Mish", "Power", "PReLU", "ReLU", "Scale", "SELU", "Sigmoid", "Swish", "TanH", "UnaryOp",
 })
 LRN_ACROSS_CHANNELS = 0  # LRN's region type 0 normalises each pixel over its channels: per pixel too
+LRN_WITHIN_CHANNEL = 1  # region type 1: over a square window of its channel, zeros beyond its input
 # layers that compute each output pixel from the same pixel of their input, across its channels
 PER_PIXEL = frozenset({"ShuffleChannel"})
 # param ids of (pad left, right, top, bottom) by layer type
@@ -158,6 +161,18 @@ def _upsampling(layer: Layer, in_shape: BlobShape, out_shape: BlobShape | None) 
     return None
 
 
+def _bordering(layer: Layer, in_shape: BlobShape) -> Window | None:
+    """The window (along h and w alike) of a layer that borders whatever input it is given itself, as
+    the whole layer borders the image (LRN within channels: zeros, the sum divided by the whole
+    window); None for any other layer."""
+    p = layer.params
+    if (layer.type != "LRN" or p.get_int(0, 0) != LRN_WITHIN_CHANNEL or len(layer.bottoms) != 1
+            or len(layer.tops) != 1 or in_shape.dims != 3):
+        return None
+    size = p.get_int(1, 5)
+    return Window(size, 1, 1, size // 2)
+
+
 def _windows(layer: Layer, in_shape: BlobShape) -> tuple[Window, Window] | None:
     """(along h, along w) of a layer a tile can run, None for any other layer."""
     p = layer.params
@@ -246,6 +261,7 @@ def _tileable(layer: Layer, shapes: dict[str, BlobShape]) -> bool:
             return p.get_int(0, 0) in (0, -3)  # along channels
         return len(set(ins)) == 1  # no broadcasting
     return (_windows(layer, shapes[layer.bottoms[0]]) is not None
+            or _bordering(layer, shapes[layer.bottoms[0]]) is not None
             or _upsampling(layer, shapes[layer.bottoms[0]], shapes[layer.tops[0]]) is not None)
 
 
@@ -334,11 +350,11 @@ def _run_blocks(graph: Graph, shapes: dict[str, BlobShape], cuts: list[int], cro
     def keeps_source(source: str, b: int) -> bool:
         return source in bystanders and input_ends[bystanders[source]] > b
 
-    # a tile's sink is the region of its grid cell: not an upsampling layer's, whose tile writes more
+    # a tile's sink is the region of its grid cell: not an upsampling or bordering layer's, whose tile writes more
     return [Block(a, b, source, crossing[b], beside(source, b), keeps_source(source, b))  # type: ignore[arg-type]
             for a, source in starts for b in ends
             if a < b <= a + MAX_BLOCK_LAYERS and any(layer.type in PAD_IDS for layer in graph.order[a + 1:b + 1])
-            and not _is_upsampling(graph.order[b])
+            and not _writes_beyond(graph.order[b], shapes)
             and not any(set(layer.bottoms) & bystanders.keys() - {source} for layer in graph.order[a + 1:b + 1])]
 
 
@@ -414,6 +430,10 @@ def _geometry(layers: list[Layer], shapes: dict[str, BlobShape], sink: str, out:
             read = Region(max(top, 0), min(bottom, in_shape.h), max(left, 0), min(right, in_shape.w))
             (top, bottom), (left, right) = axes[0].writes(read.top, read.bottom), axes[1].writes(read.left, read.right)
             g.sizes[layer.name] = g.regions[layer.tops[0]] = Region(top, bottom, left, right)
+        elif (window := _bordering(layer, in_shape)) is not None:
+            (top, bottom), (left, right) = window.reads(region.top, region.bottom), window.reads(region.left, region.right)
+            read = Region(max(top, 0), min(bottom, in_shape.h), max(left, 0), min(right, in_shape.w))
+            g.regions[layer.tops[0]] = read  # its copy writes all it reads
         else:
             read = region
         for i, b in enumerate(layer.bottoms):
@@ -652,6 +672,11 @@ def _int8_blobs(layers: list[Layer]) -> set[str]:
 
 def _is_upsampling(layer: Layer) -> bool:
     return layer.type in DECONVOLUTION or layer.type == "Interp"
+
+
+def _writes_beyond(layer: Layer, shapes: dict[str, BlobShape]) -> bool:
+    """A tile's copy of the layer writes more than its outputs the tile needs."""
+    return _is_upsampling(layer) or (layer.bottoms[0] in shapes and _bordering(layer, shapes[layer.bottoms[0]]) is not None)
 
 
 def _downsamples(layer: Layer) -> bool:
