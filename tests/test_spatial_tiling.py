@@ -321,6 +321,36 @@ def test_an_lrn_in_a_tile_equals_the_whole_one(region: str, tmp_path: Path) -> N
         assert ("c", "n") not in _block_names(graph, shapes)
 
 
+# ZF's stem: LRN within channels after each strided convolution; Pooling's tail pads 24 to 13
+ZF_STEM = """7767517
+8 8
+Input data 0 1 data 0=192 1=192 2=3
+Convolution conv1 1 1 data c1 0=48 1=7 3=2 4=3 5=1 6=7056 9=1
+LRN norm1 1 1 c1 n1 0=1 1=3 2=0.5 3=0.75
+Pooling pool1 1 1 n1 p1 1=3 2=2 3=1
+Convolution conv2 1 1 p1 c2 0=64 1=5 3=2 4=2 5=1 6=76800 9=1
+LRN norm2 1 1 c2 n2 0=1 1=3 2=0.5 3=0.75
+Pooling pool2 1 1 n2 p2 1=3 2=2 3=1
+InnerProduct fc 1 1 p2 output 0=10 1=1 2=108160
+"""
+
+
+def test_a_zf_stem_runs_its_lrns_in_tiles_at_its_smallest_budget(tmp_path: Path) -> None:
+    """At its smallest budget the stem's LRNs run inside tiles, and the runtime equals stock NCNN on
+    inputs other than prepare's."""
+    _, _, _, _, (param_path, bin_path) = _model(ZF_STEM, "1,3,192,192", tmp_path, "zf")
+    out = tmp_path / "sliced"
+    assert slice_main([str(param_path), "--budget", "min", "--threads", "2", "-o", str(out)]) == 0
+    tiled = [line.split()[1] for line in (out / "zf.flexnn.param").read_text().splitlines()[2:] if line.startswith("LRN")]
+    assert any(name.startswith("norm1.flexnn_t") for name in tiled), tiled
+    session = Session(out / "zf.flexnn.plan.json")
+    for seed in range(1, 4):
+        x = np.random.default_rng(seed).uniform(-1, 1, (3, 192, 192)).astype(np.float32) * seed
+        ref = run_stock(param_path, bin_path, {"data": x}, ["output"], fp32=False)["output"]
+        assert relative_error(ref, session.run({"data": x})["output"]) < TOLERANCE
+        assert_counted_within_budget(session.stats())
+
+
 def test_a_channel_shuffle_in_a_tile_equals_the_whole_one(tmp_path: Path) -> None:
     """ShuffleChannel permutes each pixel's channels (ShuffleNet's units): a tile runs it as it runs a
     ReLU, so a ShuffleNet stage is one block."""

@@ -420,19 +420,19 @@ def _geometry(layers: list[Layer], shapes: dict[str, BlobShape], sink: str, out:
         if windows is not None:
             top, bottom = windows[0].reads(region.top, region.bottom)
             left, right = windows[1].reads(region.left, region.right)
-            read = Region(max(top, 0), min(bottom, in_shape.h), max(left, 0), min(right, in_shape.w))
+            read = _within(Region(top, bottom, left, right), in_shape)
             g.pads[layer.name] = (read.left - left, right - read.right, read.top - top, bottom - read.bottom)
         elif _is_upsampling(layer):
             axes = _upsampling(layer, in_shape, shapes[layer.tops[0]])
             assert axes is not None, "a block holds upsampling layers a tile can run"
             top, bottom = axes[0].reads(region.top, region.bottom)
             left, right = axes[1].reads(region.left, region.right)
-            read = Region(max(top, 0), min(bottom, in_shape.h), max(left, 0), min(right, in_shape.w))
+            read = _within(Region(top, bottom, left, right), in_shape)
             (top, bottom), (left, right) = axes[0].writes(read.top, read.bottom), axes[1].writes(read.left, read.right)
             g.sizes[layer.name] = g.regions[layer.tops[0]] = Region(top, bottom, left, right)
         elif (window := _bordering(layer, in_shape)) is not None:
             (top, bottom), (left, right) = window.reads(region.top, region.bottom), window.reads(region.left, region.right)
-            read = Region(max(top, 0), min(bottom, in_shape.h), max(left, 0), min(right, in_shape.w))
+            read = _within(Region(top, bottom, left, right), in_shape)
             g.regions[layer.tops[0]] = read  # its copy writes all it reads
         else:
             read = region
@@ -668,6 +668,11 @@ def _int8_blobs(layers: list[Layer]) -> set[str]:
         if writes_int8(layer) or (layer.type in MOVING and layer.bottoms[0] in found):
             found.update(layer.tops)
     return found
+
+
+def _within(region: Region, shape: BlobShape) -> Region:
+    """`region` clipped to a blob of `shape`."""
+    return Region(max(region.top, 0), min(region.bottom, shape.h), max(region.left, 0), min(region.right, shape.w))
 
 
 def _is_upsampling(layer: Layer) -> bool:
